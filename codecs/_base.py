@@ -1,0 +1,260 @@
+"""What every protocol codec shares: the message base class, the :class:`Codec`
+descriptor the registry hands out, frame-reading helpers and the JSON form.
+
+A codec is sans-I/O: it turns a list of frames (``bytes``) into one frozen message
+object and back. Transports have already removed ROUTER identities / NNG contexts;
+the leading empty delimiter frame is part of the message wherever the spec lists it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import attrs
+import cattrs
+
+from nfgate.errors import ConfigError, DecodeError
+
+__all__ = [
+    "Codec",
+    "FrameReader",
+    "Message",
+    "as_frames",
+    "ascii_int",
+    "printable",
+]
+
+
+class Message:
+    """Base of every wire message class.
+
+    Subclasses are ``@attrs.frozen(kw_only=True)`` and set ``TYPE`` to the spec's
+    command name in upper case (``"POST"``, ``"JOB"``, ``"INTR"``).
+    """
+
+    TYPE: ClassVar[str] = ""
+
+
+M = TypeVar("M", bound=Message)
+Decoder = Callable[[list[bytes], str], Message]
+Encoder = Callable[[Message, str], list[bytes]]
+Detector = Callable[[list[bytes]], str]
+
+
+def _json_converter() -> cattrs.Converter:
+    # Bytes travel as lowercase hex in the JSON form (the `nfgate decode` contract).
+    conv = cattrs.Converter()
+    conv.register_unstructure_hook(bytes, lambda b: b.hex())
+    conv.register_structure_hook(bytes, lambda v, _: _from_hex(v))
+    return conv
+
+
+def _from_hex(value: object) -> bytes:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a hex string, got {type(value).__name__}")
+    return bytes.fromhex(value)
+
+
+_CONVERTER = _json_converter()
+
+
+@attrs.frozen(kw_only=True)
+class Codec:
+    """One protocol's codec as the registry exposes it.
+
+    ``dialects[0]`` is the spec dialect. ``single_frame`` is true for protocols whose
+    transport carries one opaque message (MemoDB over NNG) rather than ZeroMQ frames.
+    """
+
+    name: str
+    title: str
+    dialects: tuple[str, ...]
+    messages: tuple[type[Message], ...]
+    decoder: Decoder = attrs.field(repr=False)
+    encoder: Encoder = attrs.field(repr=False)
+    detector: Detector = attrs.field(repr=False)
+    single_frame: bool = False
+
+    def detect(self, frames: Iterable[bytes]) -> str:
+        """Return the dialect the frames are written in (the spec's when unsure).
+
+        Never raises on any list of byte strings.
+        """
+        return self.detector(as_frames(self.name, frames))
+
+    def decode(self, frames: Iterable[bytes], dialect: str | None = None) -> Message:
+        """Decode one message.
+
+        ``dialect=None`` detects it from the frames. Raises :class:`DecodeError` for
+        any input that is not a valid message of that dialect, and
+        :class:`ConfigError` for a dialect name the codec does not know.
+        """
+        data = as_frames(self.name, frames)
+        return self.decoder(data, self._dialect(dialect) if dialect else self.detector(data))
+
+    def encode(self, message: Message, dialect: str | None = None) -> list[bytes]:
+        """Encode ``message`` as frames in ``dialect`` (the spec's by default).
+
+        Raises :class:`nfgate.errors.EncodeError` if the message cannot be expressed in
+        that dialect, :class:`ConfigError` for an unknown dialect name.
+        """
+        return self.encoder(message, self._dialect(dialect or self.dialects[0]))
+
+    def message_type(self, type_name: str) -> type[Message]:
+        """The message class for a spec command name; raises :class:`ConfigError`."""
+        found = self._types.get(type_name.upper())
+        if found is None:
+            known = ", ".join(sorted(self._types))
+            raise ConfigError(f"{self.name}: unknown message type {type_name!r} (known: {known})")
+        return found
+
+    def to_json(self, message: Message, dialect: str | None = None) -> dict[str, Any]:
+        """The JSON form: ``protocol``, ``dialect``, ``type``, then the fields (bytes as hex)."""
+        body = _CONVERTER.unstructure(message)
+        return {
+            "protocol": self.name,
+            "dialect": dialect or self.dialects[0],
+            "type": message.TYPE,
+            **body,
+        }
+
+    def from_json(self, obj: dict[str, Any]) -> tuple[Message, str]:
+        """Inverse of :meth:`to_json`; returns the message and its dialect.
+
+        Raises :class:`ConfigError` naming what is wrong with the object.
+        """
+        if not isinstance(obj, dict):
+            raise ConfigError(f"{self.name}: expected a JSON object")
+        fields = dict(obj)
+        protocol = fields.pop("protocol", self.name)
+        if protocol != self.name:
+            raise ConfigError(f"{self.name}: JSON names protocol {protocol!r}")
+        dialect = self._dialect(fields.pop("dialect", self.dialects[0]))
+        type_name = fields.pop("type", None)
+        if not isinstance(type_name, str):
+            raise ConfigError(f"{self.name}: JSON has no string 'type'")
+        cls = self.message_type(type_name)
+        try:
+            return _CONVERTER.structure(fields, cls), dialect
+        except Exception as exc:  # cattrs wraps validator errors in groups
+            raise ConfigError(f"{self.name}: bad {cls.TYPE} fields: {_flatten(exc)}") from exc
+
+    @functools.cached_property
+    def _types(self) -> dict[str, type[Message]]:
+        return {cls.TYPE: cls for cls in self.messages}
+
+    def _dialect(self, dialect: str) -> str:
+        if dialect not in self.dialects:
+            known = ", ".join(self.dialects)
+            raise ConfigError(f"{self.name}: unknown dialect {dialect!r} (known: {known})")
+        return dialect
+
+
+def _flatten(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_flatten(e) for e in exc.exceptions)
+    return str(exc) or type(exc).__name__
+
+
+def as_frames(protocol: str, frames: Iterable[bytes]) -> list[bytes]:
+    """Copy ``frames`` to a list of ``bytes``; anything else is a :class:`DecodeError`."""
+    if isinstance(frames, (bytes, bytearray, memoryview, str)):
+        raise DecodeError(protocol, "expected a list of frames, got a single byte string")
+    out: list[bytes] = []
+    for frame in frames:
+        if isinstance(frame, bytes):
+            out.append(frame)
+        elif isinstance(frame, (bytearray, memoryview)):
+            out.append(bytes(frame))
+        else:
+            raise DecodeError(protocol, f"frame {len(out)} is {type(frame).__name__}, not bytes")
+    return out
+
+
+def printable(protocol: str, frame: bytes, what: str) -> str:
+    """Decode a frame the spec calls a printable string (UTF-8, no control characters).
+
+    Raises :class:`DecodeError` naming ``what`` when it is not.
+    """
+    try:
+        text = frame.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DecodeError(protocol, f"{what} is not UTF-8: {frame[:32]!r}") from None
+    if not text.isprintable():
+        raise DecodeError(protocol, f"{what} has non-printable characters: {text[:32]!r}")
+    return text
+
+
+def ascii_int(protocol: str, frame: bytes, what: str) -> int:
+    """Parse a frame of ASCII decimal digits; raises :class:`DecodeError`."""
+    if not frame or not frame.isdigit() or not frame.isascii():
+        raise DecodeError(protocol, f"{what} is not ASCII decimal digits: {frame[:32]!r}")
+    return int(frame)
+
+
+class FrameReader:
+    """Reads frames left to right and raises :class:`DecodeError` with context.
+
+    Keeps the decoders linear and makes every "too few / too many frames" error
+    name the message type and the frame that was expected.
+    """
+
+    def __init__(self, protocol: str, frames: Sequence[bytes], what: str) -> None:
+        self.protocol = protocol
+        self.frames = frames
+        self.what = what
+        self.pos = 0
+
+    def error(self, reason: str) -> DecodeError:
+        return DecodeError(self.protocol, f"{self.what}: {reason}")
+
+    @property
+    def remaining(self) -> int:
+        return len(self.frames) - self.pos
+
+    def take(self, name: str) -> bytes:
+        """Next frame, or :class:`DecodeError` saying ``name`` is missing."""
+        if self.pos >= len(self.frames):
+            raise self.error(f"missing frame {self.pos} ({name})")
+        frame = self.frames[self.pos]
+        self.pos += 1
+        return frame
+
+    def take_empty(self, name: str = "empty delimiter") -> None:
+        frame = self.take(name)
+        if frame:
+            raise self.error(f"frame {self.pos - 1} ({name}) must be empty, got {frame[:32]!r}")
+
+    def take_until_empty(self, name: str) -> tuple[bytes, ...]:
+        """Frames up to (and consuming) the next empty frame; raises if there is none."""
+        start = self.pos
+        while self.pos < len(self.frames):
+            if not self.frames[self.pos]:
+                self.pos += 1
+                return tuple(self.frames[start : self.pos - 1])
+            self.pos += 1
+        raise self.error(f"{name} not terminated by an empty frame")
+
+    def rest(self) -> tuple[bytes, ...]:
+        out = tuple(self.frames[self.pos :])
+        self.pos = len(self.frames)
+        return out
+
+    def done(self) -> None:
+        """Raise unless every frame was consumed."""
+        if self.pos != len(self.frames):
+            raise self.error(f"{len(self.frames) - self.pos} unexpected trailing frame(s)")
+
+
+def bytes_tuple(value: Iterable[bytes]) -> tuple[bytes, ...]:
+    """attrs converter: any iterable of frames to a tuple (messages hold tuples)."""
+    return tuple(value)
+
+
+def check_bytes_tuple(_: object, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+    """attrs validator: every element is ``bytes``."""
+    for item in value:
+        if not isinstance(item, bytes):
+            raise TypeError(f"{attribute.name} must hold bytes, got {type(item).__name__}")

@@ -1,0 +1,114 @@
+"""The ``nfgate`` command line.
+
+Every user error (bad hex, bad JSON, unknown protocol, bad config) ends in one line on
+stderr and exit status 2; nothing prints a traceback for input a person typed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from nfgate import __version__
+from nfgate import codecs as registry
+from nfgate.errors import NfgateError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: How an empty frame is written on the command line (an empty argument works too).
+EMPTY_FRAME = "-"
+
+
+def fail(message: str, status: int = 2) -> NoReturn:
+    """Print one line to stderr and exit; the single exit path for user errors."""
+    click.echo(f"nfgate: {message}", err=True)
+    sys.exit(status)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nfgate")
+def main() -> None:
+    """nfgate: a translating broker, conformance suite and codec library for the
+    NFP, DBP, MemoDB, DCP and Safir-Darbaan service protocols."""
+
+
+def _protocol_option(func: F) -> F:
+    return click.option(
+        "--protocol",
+        "-p",
+        required=True,
+        help="Codec name: " + ", ".join(registry.names()),
+    )(func)
+
+
+@main.command()
+@_protocol_option
+@click.option("--dialect", "-d", default=None, help="Force a dialect instead of detecting it.")
+@click.argument("frames", nargs=-1)
+def decode(protocol: str, dialect: str | None, frames: tuple[str, ...]) -> None:
+    """Decode one message given as hex FRAMES and print it as JSON.
+
+    Write an empty frame as '-' (or an empty argument). MemoDB takes one frame: the
+    whole NNG message.
+    """
+    try:
+        codec = registry.get(protocol)
+        raw = [_unhex(protocol, i, text) for i, text in enumerate(frames)]
+        chosen = dialect or codec.detect(raw)
+        message = codec.decode(raw, chosen)
+        click.echo(json.dumps(codec.to_json(message, chosen), sort_keys=False))
+    except NfgateError as exc:
+        fail(str(exc))
+
+
+@main.command()
+@_protocol_option
+@click.option(
+    "--dialect", "-d", default=None, help="Dialect to write (default: the JSON's, else the spec's)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of hex frames instead.")
+def encode(protocol: str, dialect: str | None, as_json: bool) -> None:
+    """Read one message as JSON on stdin (the form `decode` prints) and print its frames
+    as hex, space-separated, with '-' for an empty frame."""
+    try:
+        codec = registry.get(protocol)
+        text = sys.stdin.read()
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            fail(f"{protocol}: stdin is not JSON: {exc}")
+        message, json_dialect = codec.from_json(obj)
+        frames = codec.encode(message, dialect or json_dialect)
+    except NfgateError as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps([f.hex() for f in frames]))
+    else:
+        click.echo(" ".join(f.hex() or EMPTY_FRAME for f in frames))
+
+
+@main.command()
+def protocols() -> None:
+    """List the codecs available (built-in and plugins) with their dialects."""
+    for name in registry.names():
+        codec = registry.get(name)
+        click.echo(f"{name:8} {codec.title}  dialects: {', '.join(codec.dialects)}")
+    for problem in registry.plugin_errors():
+        click.echo(f"warning: plugin {problem}", err=True)
+
+
+def _unhex(protocol: str, index: int, text: str) -> bytes:
+    if text in ("", EMPTY_FRAME):
+        return b""
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        fail(f"{protocol}: frame {index} is not hex: {text[:40]!r}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
