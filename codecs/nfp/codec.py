@@ -1,0 +1,288 @@
+"""NFP encoder/decoder: the spec dialect and NorFab 0.25's.
+
+Frames start at the empty delimiter (the transport strips ROUTER identities).
+
+Dialects:
+  * ``spec``   -- command frame is one byte (``b"\\x04"``); commands 0x00-0x07; one
+    layout per command (specs/nfp.md "NFP messages").
+  * ``norfab`` -- NorFab 0.25 on PyPI: command frame is four ASCII bytes (``b"0x04"``),
+    extra commands EVENT 0x08, STREAM 0x09, PUT 0x10, MMI 0x11; broker->worker jobs and
+    worker->broker results are *routed* (client address + empty frame instead of
+    service/target); the broker's DISCONNECT puts the service before the command;
+    DISCONNECT carries no body frame. See docs/protocols/norfab-wire.md.
+"""
+
+from __future__ import annotations
+
+from nfgate.errors import DecodeError, EncodeError
+
+from .._base import FrameReader, Message, printable
+from .messages import (
+    BROKER,
+    CLIENT,
+    WORKER,
+    Delete,
+    Disconnect,
+    Event,
+    Get,
+    Keepalive,
+    Mmi,
+    Open,
+    Post,
+    Put,
+    Ready,
+    Response,
+    Stream,
+    _Job,
+    _Result,
+)
+
+NAME = "nfp"
+DIALECTS = ("spec", "norfab")
+HEADERS = (CLIENT, WORKER, BROKER)
+
+# NFP messages: frame 2 of each command (one byte in the spec).
+OPEN, READY, KEEPALIVE, DISCONNECT, POST, RESPONSE, GET, DELETE = range(8)
+# NorFab 0.25 norfab/core/NFP.py: extra commands, numbered as ASCII text.
+EVENT, STREAM, PUT, MMI = 0x08, 0x09, 0x10, 0x11
+
+_NUMBER = {
+    Open: OPEN,
+    Ready: READY,
+    Keepalive: KEEPALIVE,
+    Disconnect: DISCONNECT,
+    Post: POST,
+    Response: RESPONSE,
+    Get: GET,
+    Delete: DELETE,
+    Event: EVENT,
+    Stream: STREAM,
+    Put: PUT,
+    Mmi: MMI,
+}
+_CLASS = {n: cls for cls, n in _NUMBER.items()}
+_SPEC_COMMANDS = frozenset(range(8))
+# NorFab writes the command byte as "0x" + two hex digits ("0x10" is PUT, not 16).
+_NORFAB_FRAME = {n: f"0x{n:02x}".encode() for n in _NUMBER.values()}
+_NORFAB_NUMBER = {frame: n for n, frame in _NORFAB_FRAME.items()}
+
+
+def detect(frames: list[bytes]) -> str:
+    """``norfab`` when the command frame is ASCII ``0x..`` (or NorFab's swapped
+    DISCONNECT), else ``spec``."""
+    if len(frames) >= 3 and frames[2] in _NORFAB_NUMBER:
+        return "norfab"
+    if len(frames) == 4 and frames[1] == BROKER and frames[3] == _NORFAB_FRAME[DISCONNECT]:
+        return "norfab"
+    return "spec"
+
+
+def decode(frames: list[bytes], dialect: str) -> Message:
+    """Decode one NFP message; raises :class:`DecodeError`."""
+    reader = FrameReader(NAME, frames, "message")
+    reader.take_empty("frame 0")
+    header = reader.take("protocol header")
+    if header not in HEADERS:
+        raise reader.error(f"protocol header must be NFPC01, NFPW01 or NFPB01, got {header[:16]!r}")
+    if (
+        dialect == "norfab"
+        and header == BROKER
+        and len(frames) == 4
+        and frames[3] == _NORFAB_FRAME[DISCONNECT]
+    ):
+        # NorFab broker -> worker DISCONNECT: "", NFPB01, service, "0x03"
+        reader.what = "DISCONNECT"
+        service = _text(reader, reader.take("service name"), "service name")
+        reader.take("command")
+        return Disconnect(header=header, service=service, body=None, legacy_order=True)
+    number = _command(reader, dialect)
+    cls: type[Message] = _CLASS[number]
+    reader.what = cls.TYPE
+    try:
+        return _decode_body(reader, dialect, header, cls)
+    except ValueError as exc:  # a field validator refused what the frames hold
+        raise reader.error(str(exc)) from None
+
+
+def _command(reader: FrameReader, dialect: str) -> int:
+    frame = reader.take("command")
+    if dialect == "norfab":
+        number = _NORFAB_NUMBER.get(frame)
+    else:
+        number = frame[0] if len(frame) == 1 and frame[0] in _SPEC_COMMANDS else None
+    if number is None:
+        form = "an ASCII command like b'0x04'" if dialect == "norfab" else "one byte 0x00-0x07"
+        raise DecodeError(NAME, f"unknown command {frame[:16]!r} (expected {form})")
+    return number
+
+
+def _decode_body(reader: FrameReader, dialect: str, header: bytes, cls: type[Message]) -> Message:
+    take = reader.take
+    if cls is Open:
+        body = take("open body")
+        reader.done()
+        return Open(header=header, body=body)
+    if cls is Ready or cls is Keepalive:
+        service = _text(reader, take("service name"), "service name")
+        reader.done()
+        return cls(header=header, service=service)
+    if cls is Disconnect:
+        service = _text(reader, take("service name"), "service name")
+        tail = None if dialect == "norfab" else take("disconnect body")
+        reader.done()
+        return Disconnect(header=header, service=service, body=tail)
+    if cls is Mmi:
+        return _decode_mmi(reader, header)
+    routed = dialect == "norfab" and header == (BROKER if issubclass(cls, _Job) else WORKER)
+    if issubclass(cls, _Job):
+        if routed:
+            client = _client(reader)
+            uuid = _text(reader, take("job uuid"), "job uuid")
+            return cls(header=header, client=client, uuid=uuid, body=_body(reader))
+        service = _text(reader, take("service name"), "service name")
+        target = _text(reader, take("target"), "target")
+        uuid = _text(reader, take("job uuid"), "job uuid")
+        return cls(header=header, service=service, target=target, uuid=uuid, body=_body(reader))
+    # RESPONSE, EVENT, STREAM
+    address = _client(reader) if routed else None
+    name = None if routed else _text(reader, take("service name"), "service name")
+    job = _text(reader, take("job uuid"), "job uuid")
+    status, text = _status(reader)
+    return cls(  # type: ignore[call-arg]
+        header=header,
+        service=name,
+        client=address,
+        uuid=job,
+        status=status,
+        status_text=text,
+        body=_body(reader),
+    )
+
+
+def _decode_mmi(reader: FrameReader, header: bytes) -> Mmi:
+    # Request from a client (addressed) or to a worker (routed); reply to a client
+    # (addressed) or from a worker (routed). A routed frame 3 is followed by "".
+    routed = len(reader.frames) > 4 and reader.frames[4] == b""
+    reply = header == WORKER or (header == BROKER and not routed)
+    client = _client(reader) if routed else None
+    service = None if routed else _text(reader, reader.take("service name"), "service name")
+    target = None if (routed or reply) else _text(reader, reader.take("target"), "target")
+    uuid = _text(reader, reader.take("job uuid"), "job uuid")
+    status = _status(reader)[0] if reply else None
+    return Mmi(
+        header=header,
+        service=service,
+        target=target,
+        client=client,
+        uuid=uuid,
+        status=status,
+        body=_body(reader),
+    )
+
+
+def _text(reader: FrameReader, frame: bytes, what: str) -> str:
+    return printable(NAME, frame, f"{reader.what} {what}") if frame else ""
+
+
+def _client(reader: FrameReader) -> bytes:
+    client = reader.take("client address")
+    if not client:
+        raise reader.error("client address is empty")
+    reader.take_empty("client address delimiter")
+    return client
+
+
+def _body(reader: FrameReader) -> tuple[bytes, ...]:
+    if reader.remaining < 1:
+        raise reader.error("missing body frame (7 or more frames)")
+    return reader.rest()
+
+
+def _status(reader: FrameReader) -> tuple[int, str]:
+    # Status Frames: "three digits, optionally followed by a space and descriptive text"
+    frame = reader.take("status")
+    digits, _, text = frame.partition(b" ")
+    if len(digits) != 3 or not digits.isdigit() or (_ and b" " not in frame[3:4]):
+        raise reader.error(f"status must be three digits, got {frame[:16]!r}")
+    return int(digits), printable(NAME, text, f"{reader.what} status text") if text else ""
+
+
+def encode(message: Message, dialect: str) -> list[bytes]:
+    """Encode one NFP message; raises :class:`EncodeError`."""
+    number = _NUMBER.get(type(message))
+    if number is None:
+        raise EncodeError(NAME, f"not an NFP message: {type(message).__name__}")
+    if dialect == "spec" and number not in _SPEC_COMMANDS:
+        raise EncodeError(NAME, f"{message.TYPE} is a NorFab command; the spec dialect has no 0x{number:02x}")
+    command = _NORFAB_FRAME[number] if dialect == "norfab" else bytes((number,))
+    header: bytes = message.header  # type: ignore[attr-defined]
+    out = [b"", header, command]
+    if isinstance(message, Open):
+        out.append(message.body)
+    elif isinstance(message, (Ready, Keepalive)):
+        out.append(message.service.encode())
+    elif isinstance(message, Disconnect):
+        _check_disconnect(message, dialect)
+        if message.legacy_order:
+            return [b"", header, message.service.encode(), command]
+        out.append(message.service.encode())
+        if message.body is not None:
+            out.append(message.body)
+    elif isinstance(message, Mmi):
+        _check_mmi(message)
+        out += _address(message.client, message.service)
+        if message.target is not None:
+            out.append(message.target.encode())
+        out.append(message.uuid.encode())
+        if message.status is not None:
+            out.append(b"%d" % message.status)
+        out += message.body
+    elif isinstance(message, (_Job, _Result)):
+        _check_routing(message, dialect)
+        out += _address(message.client, message.service)
+        if isinstance(message, _Job):
+            if message.target is not None:
+                out.append(message.target.encode())
+            out.append(message.uuid.encode())
+        else:
+            out.append(message.uuid.encode())
+            status = b"%d" % message.status
+            out.append(status + b" " + message.status_text.encode() if message.status_text else status)
+        out += message.body
+    return out
+
+
+def _address(client: bytes | None, service: str | None) -> list[bytes]:
+    return [client, b""] if client is not None else [(service or "").encode()]
+
+
+def _check_disconnect(message: Disconnect, dialect: str) -> None:
+    if dialect == "spec" and message.body is None:
+        raise EncodeError(NAME, "DISCONNECT: the spec dialect needs a body frame (5 frames)")
+    if dialect == "norfab" and message.body is not None:
+        raise EncodeError(NAME, "DISCONNECT: NorFab sends no body frame; use body=None")
+    if dialect == "spec" and message.legacy_order:
+        raise EncodeError(NAME, "DISCONNECT: legacy_order is a NorFab form")
+
+
+def _check_routing(message: _Job | _Result, dialect: str) -> None:
+    routed_header = BROKER if isinstance(message, _Job) else WORKER
+    must_route = dialect == "norfab" and message.header == routed_header
+    if message.routed != must_route:
+        if dialect == "spec":
+            raise EncodeError(NAME, f"{message.TYPE}: the spec dialect has no routed (client address) layout")
+        who = "broker->worker" if isinstance(message, _Job) else "worker->broker"
+        raise EncodeError(
+            NAME,
+            f"{message.TYPE}: NorFab's {who} form is routed exactly when the header is {routed_header!r}",
+        )
+
+
+def _check_mmi(message: Mmi) -> None:
+    # The decoder tells request from reply by header and layout; refuse what it could not.
+    routed = message.client is not None
+    reply = message.header == WORKER or (message.header == BROKER and not routed)
+    if reply != (message.status is not None):
+        raise EncodeError(
+            NAME, "MMI: a status goes exactly on replies (from a worker, or from the broker unrouted)"
+        )

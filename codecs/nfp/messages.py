@@ -1,0 +1,250 @@
+"""NFP wire messages (specs/nfp.md "NFP messages"), spec and NorFab 0.25 forms.
+
+Headers are kept as fields because they say who sent the message (NFPC01 client,
+NFPW01 worker, NFPB01 broker). Job commands (POST, GET, DELETE, PUT, MMI request) and
+result commands (RESPONSE, EVENT, STREAM, MMI reply) have two layouts:
+
+* *addressed* -- ``service`` (+ ``target`` for jobs) then ``uuid``: the spec's only
+  layout, and NorFab's between client and broker;
+* *routed*    -- ``client`` address, an empty frame, then ``uuid``: NorFab's layout
+  between broker and worker (service and target dropped).
+
+A message is routed exactly when ``client`` is set.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import attrs
+from attrs import validators as v
+
+from .._base import Message, bytes_tuple, check_bytes_tuple
+
+__all__ = [
+    "CLIENT",
+    "WORKER",
+    "BROKER",
+    "Delete",
+    "Disconnect",
+    "Event",
+    "Get",
+    "Keepalive",
+    "Mmi",
+    "NfpMessage",
+    "Open",
+    "Post",
+    "Put",
+    "Ready",
+    "Response",
+    "Stream",
+]
+
+# NFP messages: "NFPC01" or "NFPW01" or "NFPB01" (six bytes, NFP/Client, Worker, Broker v0.1)
+CLIENT = b"NFPC01"
+WORKER = b"NFPW01"
+BROKER = b"NFPB01"
+
+
+def _header(*allowed: bytes) -> v._InValidator:  # type: ignore[name-defined]
+    return v.in_(allowed)
+
+
+def _text(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    # Service names, targets and uuids are "printable string" frames.
+    if not isinstance(value, str) or not value.isprintable():
+        raise ValueError(f"{attribute.name} must be a printable string")
+
+
+def _opt_text(inst: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None:
+        _text(inst, attribute, value)
+
+
+def _client(_: object, attribute: attrs.Attribute[Any], value: bytes | None) -> None:
+    if value is not None and (not isinstance(value, bytes) or not value):
+        raise ValueError("client must be None or a non-empty address")
+
+
+def _body(_: object, attribute: attrs.Attribute[Any], value: tuple[bytes, ...]) -> None:
+    # POST/RESPONSE/GET/DELETE are "7 or more frames": at least one body frame.
+    check_bytes_tuple(_, attribute, value)
+    if not value:
+        raise ValueError("body needs at least one frame")
+
+
+def _status(_: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    # Status Frames: "three digits".
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 999
+    ):
+        raise ValueError("status must be a three-digit integer")
+
+
+@attrs.frozen(kw_only=True)
+class Open(Message):
+    """0x00: peer introduces itself; the broker answers with OPEN."""
+
+    TYPE: ClassVar[str] = "OPEN"
+    header: bytes = attrs.field(validator=_header(CLIENT, WORKER, BROKER))
+    body: bytes = attrs.field(default=b"", validator=v.instance_of(bytes))
+
+
+@attrs.frozen(kw_only=True)
+class Ready(Message):
+    """0x01: worker registers with one service (NFP/Worker)."""
+
+    TYPE: ClassVar[str] = "READY"
+    header: bytes = attrs.field(default=WORKER, validator=_header(WORKER))
+    service: str = attrs.field(validator=_text)
+
+
+@attrs.frozen(kw_only=True)
+class Keepalive(Message):
+    """0x02: heartbeat in either direction (Keepaliving)."""
+
+    TYPE: ClassVar[str] = "KEEPALIVE"
+    header: bytes = attrs.field(validator=_header(BROKER, WORKER))
+    service: str = attrs.field(validator=_text)
+
+
+@attrs.frozen(kw_only=True)
+class Disconnect(Message):
+    """0x03: five frames in the spec (its "3 frames" heading is wrong); NorFab sends
+    no body frame (``body=None``).
+
+    ``legacy_order`` is NorFab 0.25's broker form, service *before* the command. Its own
+    workers do not recognise it (they read the service as the command), so nfgate
+    decodes it but sends the normal order.
+    """
+
+    TYPE: ClassVar[str] = "DISCONNECT"
+    header: bytes = attrs.field(validator=_header(BROKER, WORKER))
+    service: str = attrs.field(validator=_text)
+    body: bytes | None = attrs.field(default=b"", validator=v.optional(v.instance_of(bytes)))  # type: ignore[arg-type]
+    legacy_order: bool = attrs.field(default=False, validator=v.instance_of(bool))
+
+    def __attrs_post_init__(self) -> None:
+        if self.legacy_order and (self.header != BROKER or self.body is not None):
+            raise ValueError("legacy_order is NorFab's broker form: header NFPB01 and no body")
+
+
+@attrs.frozen(kw_only=True)
+class _Job(Message):
+    header: bytes = attrs.field(validator=_header(CLIENT, BROKER))
+    service: str | None = attrs.field(default=None, validator=_opt_text)
+    target: str | None = attrs.field(default=None, validator=_opt_text)
+    client: bytes | None = attrs.field(default=None, validator=_client)
+    uuid: str = attrs.field(validator=_text)
+    body: tuple[bytes, ...] = attrs.field(converter=bytes_tuple, validator=_body)
+
+    def __attrs_post_init__(self) -> None:
+        if self.client is None and (self.service is None or self.target is None):
+            raise ValueError(f"{self.TYPE}: needs service and target (or a client address when routed)")
+        if self.client is not None and (self.service is not None or self.target is not None):
+            raise ValueError(f"{self.TYPE}: a routed message carries no service or target")
+
+    @property
+    def routed(self) -> bool:
+        return self.client is not None
+
+
+@attrs.frozen(kw_only=True)
+class Post(_Job):
+    """0x04: client -> broker job request; broker -> worker dispatch."""
+
+    TYPE: ClassVar[str] = "POST"
+
+
+@attrs.frozen(kw_only=True)
+class Get(_Job):
+    """0x06: client asks for job results; broker relays to workers."""
+
+    TYPE: ClassVar[str] = "GET"
+
+
+@attrs.frozen(kw_only=True)
+class Delete(_Job):
+    """0x07: client cancels a job; broker relays to workers."""
+
+    TYPE: ClassVar[str] = "DELETE"
+
+
+@attrs.frozen(kw_only=True)
+class Put(_Job):
+    """NorFab 0x10: client input to a running job (same layouts as POST)."""
+
+    TYPE: ClassVar[str] = "PUT"
+
+
+@attrs.frozen(kw_only=True)
+class _Result(Message):
+    header: bytes = attrs.field(validator=_header(BROKER, WORKER))
+    service: str | None = attrs.field(default=None, validator=_opt_text)
+    client: bytes | None = attrs.field(default=None, validator=_client)
+    uuid: str = attrs.field(validator=_text)
+    status: int = attrs.field(validator=_status)
+    status_text: str = attrs.field(default="", validator=v.instance_of(str))
+    body: tuple[bytes, ...] = attrs.field(converter=bytes_tuple, validator=_body)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.client is None) == (self.service is None):
+            raise ValueError(f"{self.TYPE}: needs exactly one of service (addressed) or client (routed)")
+        if self.status_text and not self.status_text.isprintable():
+            raise ValueError("status_text must be printable")
+
+    @property
+    def routed(self) -> bool:
+        return self.client is not None
+
+
+@attrs.frozen(kw_only=True)
+class Response(_Result):
+    """0x05: worker -> broker result or status; broker -> client relay."""
+
+    TYPE: ClassVar[str] = "RESPONSE"
+
+
+@attrs.frozen(kw_only=True)
+class Event(_Result):
+    """NorFab 0x08: job progress events (``result_ready`` ...), relayed to the client."""
+
+    TYPE: ClassVar[str] = "EVENT"
+
+
+@attrs.frozen(kw_only=True)
+class Stream(_Result):
+    """NorFab 0x09: raw data chunks from a running job, relayed to the client."""
+
+    TYPE: ClassVar[str] = "STREAM"
+
+
+@attrs.frozen(kw_only=True)
+class Mmi(Message):
+    """NorFab 0x11: management request (job layout, ``status=None``) or its reply
+    (result layout, ``status`` set)."""
+
+    TYPE: ClassVar[str] = "MMI"
+    header: bytes = attrs.field(validator=_header(CLIENT, BROKER, WORKER))
+    service: str | None = attrs.field(default=None, validator=_opt_text)
+    target: str | None = attrs.field(default=None, validator=_opt_text)
+    client: bytes | None = attrs.field(default=None, validator=_client)
+    uuid: str = attrs.field(validator=_text)
+    status: int | None = attrs.field(default=None, validator=_status)
+    body: tuple[bytes, ...] = attrs.field(converter=bytes_tuple, validator=_body)
+
+    def __attrs_post_init__(self) -> None:
+        request = self.status is None
+        if request and self.client is None and (self.service is None or self.target is None):
+            raise ValueError("MMI request: needs service and target (or a client when routed)")
+        if not request and self.target is not None:
+            raise ValueError("MMI reply: carries no target")
+        if (self.client is None) == (self.service is None):
+            raise ValueError("MMI: needs exactly one of service (addressed) or client (routed)")
+
+
+NfpMessage = (
+    Open | Ready | Keepalive | Disconnect | Post | Get | Delete | Put | Response | Event | Stream | Mmi
+)
+JOBS = (Post, Get, Delete, Put)
+RESULTS = (Response, Event, Stream)

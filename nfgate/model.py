@@ -1,0 +1,224 @@
+"""The protocol-neutral command model.
+
+Every edge turns its protocol's messages into these commands for the routing core,
+and the core answers with these commands for the edges to encode. Nothing here knows
+a wire format: a MemoDB JOB, a DCP REQUEST, an NFP POST and a SADA REQ all become one
+:class:`Request`.
+
+All classes are frozen and keyword-only, hold tuples rather than lists, and validate
+their fields at construction (raising ``ValueError``/``TypeError``), so a command that
+exists is a command the core can act on.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+from attrs import validators as v
+
+__all__ = [
+    "Action",
+    "Cancel",
+    "Catalog",
+    "CatalogEntry",
+    "Command",
+    "Fetch",
+    "Heartbeat",
+    "Lookup",
+    "Peer",
+    "Register",
+    "Reply",
+    "Request",
+    "ServiceRef",
+    "Status",
+    "Target",
+    "TargetKind",
+    "Unregister",
+]
+
+
+def _tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value)
+
+
+def _all_bytes(_: object, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+    for item in value:
+        if not isinstance(item, bytes):
+            raise TypeError(f"{attribute.name} must hold bytes, got {type(item).__name__}")
+
+
+def _nonempty_str(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{attribute.name} must be a non-empty string")
+
+
+class Status(enum.IntEnum):
+    """HTTP-style statuses used across protocols (NFP's and SADA's are both HTTP codes)."""
+
+    OK = 200
+    CREATED = 201  # NorFab: the worker accepted the job
+    ACCEPTED = 202  # NFP: the broker stored and dispatched the job
+    PENDING = 300  # NFP GET: no result yet
+    UNKNOWN = 400  # NFP: unknown job uuid (also: bad request)
+    NOT_FOUND = 404  # NorFab: no such service/worker
+    REQUEST_TIMEOUT = 408  # NFP: no worker within the queue expiry, or the worker timed out
+    EXPECT_FAILED = 417
+    ERROR = 500
+    UNAVAILABLE = 503  # SADA: no worker for the service
+    GATEWAY_TIMEOUT = 504  # SADA: the worker timed out
+
+
+@attrs.frozen(kw_only=True)
+class Peer:
+    """Where a command came from or goes to.
+
+    ``edge`` names the listening edge (``"nfp"``, ``"dcp-2"``...), ``address`` is the
+    transport address (ROUTER identity, NNG pipe id), ``sub`` distinguishes several
+    logical peers behind one address (a MemoDB worker id, an NNG context).
+    """
+
+    edge: str = attrs.field(validator=_nonempty_str)
+    protocol: str = attrs.field(validator=_nonempty_str)
+    address: bytes = attrs.field(validator=v.instance_of(bytes))
+    sub: bytes = attrs.field(default=b"", validator=v.instance_of(bytes))
+
+
+@attrs.frozen(kw_only=True)
+class ServiceRef:
+    """A service name, with a version only for Safir-Darbaan; ``None`` matches any version."""
+
+    name: str = attrs.field(validator=_nonempty_str)
+    version: str | None = attrs.field(default=None, validator=v.optional(v.instance_of(str)))
+
+    def matches(self, offered: ServiceRef) -> bool:
+        """True if a worker offering ``offered`` can serve a request for ``self``."""
+        return self.name == offered.name and (
+            self.version is None or offered.version is None or self.version == offered.version
+        )
+
+
+class TargetKind(enum.Enum):
+    ANY = "any"  # the next free worker
+    ALL = "all"  # every worker of the service; one reply per worker
+    NAMED = "named"  # only the workers named (NFP unicast)
+
+
+@attrs.frozen(kw_only=True)
+class Target:
+    kind: TargetKind = TargetKind.ANY
+    names: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.kind is TargetKind.NAMED) != bool(self.names):
+            raise ValueError("a NAMED target needs worker names; ANY and ALL take none")
+
+
+ANY = Target()
+ALL = Target(kind=TargetKind.ALL)
+
+
+@attrs.frozen(kw_only=True)
+class Action:
+    """What to do within a service: SADA's (category, action) or NFP's task name."""
+
+    name: str = attrs.field(validator=v.instance_of(str))
+    category: str = attrs.field(default="", validator=v.instance_of(str))
+
+
+@attrs.frozen(kw_only=True)
+class Register:
+    """A worker/server offers services. ``capacity`` is how many requests it takes at once."""
+
+    peer: Peer
+    services: tuple[ServiceRef, ...] = attrs.field(converter=_tuple)
+    capacity: int = attrs.field(default=1, validator=[v.instance_of(int), v.ge(1)])
+    name: str = attrs.field(default="", validator=v.instance_of(str))  # NFP worker name
+
+
+@attrs.frozen(kw_only=True)
+class Unregister:
+    peer: Peer
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Heartbeat:
+    peer: Peer
+
+
+@attrs.frozen(kw_only=True)
+class Request:
+    """A request for a service.
+
+    ``id`` is the core's own id (assigned by the core; edges pass 0 when submitting).
+    ``origin`` is the client protocol's correlation token (NFP job uuid, SADA request
+    id, DCP metadata parts joined by the edge, MemoDB context) that must come back in
+    the reply untouched. ``metadata`` are DCP metadata parts, echoed exactly. ``body``
+    is the payload, frames passed through opaque.
+    """
+
+    id: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
+    service: ServiceRef
+    target: Target = ANY
+    action: Action | None = None
+    metadata: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=_all_bytes)
+    body: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=_all_bytes)
+    timeout_ms: int | None = attrs.field(default=None, validator=v.optional(v.ge(0)))
+    reply_to: Peer
+    origin: bytes = attrs.field(default=b"", validator=v.instance_of(bytes))
+
+
+@attrs.frozen(kw_only=True)
+class Reply:
+    """The answer to :class:`Request` ``id``; ``worker`` is who produced it (None: the core)."""
+
+    id: int = attrs.field(validator=[v.instance_of(int), v.ge(0)])
+    status: int = attrs.field(validator=[v.instance_of(int), v.ge(100), v.le(599)])
+    body: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=_all_bytes)
+    metadata: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=_all_bytes)
+    worker: Peer | None = None
+    worker_name: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class CatalogEntry:
+    service: ServiceRef
+    workers: int
+    protocols: tuple[str, ...] = attrs.field(converter=_tuple)
+    active: bool = True
+    info: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_tuple)
+
+
+@attrs.frozen(kw_only=True)
+class Lookup:
+    """A catalog query (DBP info request): a service name, or ``""``/``"*"`` for all."""
+
+    peer: Peer
+    query: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class Catalog:
+    peer: Peer
+    entries: tuple[CatalogEntry, ...] = attrs.field(converter=_tuple)
+
+
+@attrs.frozen(kw_only=True)
+class Fetch:
+    """NFP GET: the stored result of job ``job_id``."""
+
+    peer: Peer
+    job_id: str = attrs.field(validator=_nonempty_str)
+
+
+@attrs.frozen(kw_only=True)
+class Cancel:
+    """NFP DELETE: cancel job ``job_id`` (queued: dropped; running: the worker is told)."""
+
+    peer: Peer
+    job_id: str = attrs.field(validator=_nonempty_str)
+
+
+Command = Register | Unregister | Heartbeat | Request | Reply | Lookup | Catalog | Fetch | Cancel
