@@ -16,3 +16,8 @@ settings.register_profile(
     "deep", max_examples=20_000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def scaled(ci_examples: int) -> int:
+    """``ci_examples`` under the ci profile, proportionally more under ``deep``."""
+    return max(1, ci_examples * settings.default.max_examples // 300)

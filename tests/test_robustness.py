@@ -17,6 +17,7 @@ from nfgate.codecs import Message
 from nfgate import codecs
 from nfgate.errors import DecodeError
 
+from .conftest import scaled
 from .protocols import CASES, IDS, PROTOCOLS
 from .vectors import frames, load
 
@@ -33,14 +34,14 @@ def _decodes_or_rejects(protocol: str, dialect: str | None, wire: list[bytes]) -
 
 
 @pytest.mark.parametrize(("protocol", "dialect"), CASES, ids=IDS)
-@settings(max_examples=1500)
+@settings(max_examples=scaled(1500))
 @given(wire=st.lists(st.binary(max_size=40), max_size=12))
 def test_random_frames(protocol: str, dialect: str, wire: list[bytes]) -> None:
     _decodes_or_rejects(protocol, dialect, wire)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-@settings(max_examples=1500)
+@settings(max_examples=scaled(1500))
 @given(data=st.binary(max_size=200))
 def test_random_single_frame_and_autodetect(protocol: str, data: bytes) -> None:
     _decodes_or_rejects(protocol, None, [data])
@@ -81,7 +82,7 @@ def test_mutated_vectors(protocol: str) -> None:
     assert mine, f"no vectors for {protocol}"
     strategy = st.sampled_from(mine).flatmap(lambda v: st.tuples(st.just(v["dialect"]), _mutated(frames(v))))
 
-    @settings(max_examples=3000)
+    @settings(max_examples=scaled(3000))
     @given(strategy)
     def check(case: tuple[str, list[bytes]]) -> None:
         dialect, wire = case

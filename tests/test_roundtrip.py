@@ -13,6 +13,7 @@ from nfgate.codecs import Message
 from nfgate import codecs
 
 from . import strategies
+from .conftest import scaled
 from .protocols import CASES, IDS, PROTOCOLS
 
 
@@ -29,7 +30,7 @@ def test_decode_encode_roundtrip(protocol: str, dialect: str) -> None:
     codec = codecs.get(protocol)
     any_message = st.one_of(*strategies.messages(protocol, dialect).values())
 
-    @settings(max_examples=400)
+    @settings(max_examples=scaled(400))
     @given(any_message)
     def check(message: Message) -> None:
         wire = codec.encode(message, dialect)
@@ -45,7 +46,7 @@ def test_json_form_roundtrip(protocol: str, dialect: str) -> None:
     codec = codecs.get(protocol)
     any_message = st.one_of(*strategies.messages(protocol, dialect).values())
 
-    @settings(max_examples=100)
+    @settings(max_examples=scaled(100))
     @given(any_message)
     def check(message: Message) -> None:
         obj: dict[str, Any] = codec.to_json(message, dialect)
