@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from nfgate.codecs import Message
 
 from nfgate import codecs
+from nfgate.codecs import Message
 from nfgate.errors import DecodeError
 
 from .conftest import scaled

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from nfgate.codecs import Message, dbp
 
 from nfgate import codecs
+from nfgate.codecs import Message, dbp
 from nfgate.errors import DecodeError, EncodeError
 
 from ..strategies._common import printable_text

@@ -12,9 +12,9 @@ import cbor2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from nfgate.codecs import dcp, memodb
 from nfgate.codecs.memodb.codec import canonical_order_key
-
 from nfgate.errors import DecodeError, EncodeError
 
 CODEC = memodb.CODEC

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nfgate.codecs import nfp
 
+from nfgate.codecs import nfp
 from nfgate.errors import DecodeError
 
 CAPTURES: list[dict[str, Any]] = json.loads(

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from nfgate.codecs import dcp, sada
-from nfgate.codecs.sada import payload
 
 from nfgate import codecs
+from nfgate.codecs import dcp, sada
+from nfgate.codecs.sada import payload
 from nfgate.errors import ConfigError, DecodeError, EncodeError
 
 CODEC = codecs.get("sada")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hypothesis import strategies as st
+
 from nfgate.codecs import dcp
 
 from ._common import MessageStrategies, frame, nonempty_frame

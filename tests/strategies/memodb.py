@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hypothesis import strategies as st
+
 from nfgate.codecs import memodb
 from nfgate.codecs.memodb.codec import canonical_order_key
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hypothesis import strategies as st
+
 from nfgate.codecs import nfp
 
 from ._common import MessageStrategies, frame, nonempty_frame, printable_text

@@ -1,0 +1,80 @@
+"""The ZeroMQ transport on 127.0.0.1 with random ports: envelopes, limits, errors."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import zmq
+
+from nfgate.errors import TransportError
+from nfgate.transports.zmq import Limits, RouterEndpoint, connect_dealer
+
+pytestmark = pytest.mark.timeout(20)
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+def _recv(router: RouterEndpoint, deadline_s: float = 5.0) -> tuple[bytes, list[bytes]]:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if router.socket.poll(50):
+            got = router.recv()
+            if got is not None:
+                return got
+    raise AssertionError("nothing received in time")
+
+
+def test_identity_is_stripped_on_receive_and_added_on_send(ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    router = RouterEndpoint(ctx, "tcp://127.0.0.1:*")
+    dealer = connect_dealer(ctx, router.endpoint, identity=b"w1")
+    dealer.send_multipart([b"", b"DGBX\x01", b"\x02"])
+    identity, frames = _recv(router)
+    assert identity == b"w1" and frames == [b"", b"DGBX\x01", b"\x02"]
+    assert router.send(identity, [b"", b"DGBX\x01", b"\x03"])
+    assert dealer.poll(5000)
+    assert dealer.recv_multipart() == [b"", b"DGBX\x01", b"\x03"]
+    router.close()
+
+
+def test_port_in_use_is_a_one_line_transport_error(ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    first = RouterEndpoint(ctx, "tcp://127.0.0.1:*")
+    with pytest.raises(TransportError, match="address already in use"):
+        RouterEndpoint(ctx, first.endpoint)
+    first.close()
+
+
+def test_reply_to_a_vanished_peer_is_counted_not_raised(ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    router = RouterEndpoint(ctx, "tcp://127.0.0.1:*")
+    assert router.send(b"nobody", [b"", b"x"]) is False
+    assert router.unroutable == 1
+    router.close()
+
+
+def test_too_many_frames_are_dropped_and_counted(ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    router = RouterEndpoint(ctx, "tcp://127.0.0.1:*", Limits(max_frames=4))
+    dealer = connect_dealer(ctx, router.endpoint)
+    dealer.send_multipart([b""] * 10)
+    dealer.send_multipart([b"", b"ok"])
+    # The oversized message is skipped; the next one from the same peer still arrives.
+    _, frames = _recv(router)
+    assert frames == [b"", b"ok"] and router.oversized == 1
+    router.close()
+
+
+def test_oversized_frame_never_reaches_python(ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    router = RouterEndpoint(ctx, "tcp://127.0.0.1:*", Limits(max_message_bytes=1024))
+    big = connect_dealer(ctx, router.endpoint)
+    big.send_multipart([b"", b"x" * 4096])
+    small = connect_dealer(ctx, router.endpoint)
+    small.send_multipart([b"", b"fine"])
+    _, frames = _recv(router)
+    assert frames == [b"", b"fine"]
+    assert not router.socket.poll(200)  # the big one was dropped by libzmq
+    router.close()

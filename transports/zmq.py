@@ -1,0 +1,105 @@
+"""ZeroMQ transport: ROUTER sockets for broker edges, DEALER sockets for the suite and tests.
+
+A transport owns sockets and routing envelopes, nothing else: :meth:`RouterEndpoint.recv`
+strips the ROUTER identity and hands back the protocol frames; :meth:`RouterEndpoint.send`
+puts it back. Which protocol the frames speak is the codec's business.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Sequence
+
+import attrs
+import zmq
+
+from nfgate.errors import TransportError
+
+__all__ = ["Limits", "RouterEndpoint", "connect_dealer"]
+
+
+@attrs.frozen(kw_only=True)
+class Limits:
+    """Per-socket limits (design.md "Durability, security, limits").
+
+    ``max_message_bytes`` is ZMQ_MAXMSGSIZE: libzmq drops the connection of a peer that
+    sends a larger frame, before any byte of it reaches Python. ``max_frames`` is
+    checked per message by :meth:`RouterEndpoint.recv`.
+    """
+
+    max_message_bytes: int = 64 * 1024 * 1024
+    max_frames: int = 64
+    high_water_mark: int = 100_000
+
+
+class RouterEndpoint:
+    """A bound ROUTER socket.
+
+    Raises :class:`TransportError` with a one-line reason when the address cannot be
+    bound (e.g. the port is in use).
+    """
+
+    def __init__(
+        self, context: zmq.Context[zmq.Socket[bytes]], url: str, limits: Limits | None = None
+    ) -> None:
+        self.url = url
+        self.limits = limits or Limits()
+        self.oversized = 0  # messages dropped for having more than max_frames frames
+        self.unroutable = 0  # replies to peers that are gone
+        sock = context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        # Without ROUTER_MANDATORY a reply to a vanished peer is dropped silently; with
+        # it we learn (EHOSTUNREACH) and can count it.
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # A reconnecting peer with the same identity (NorFab workers set one) takes over.
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_message_bytes)
+        sock.setsockopt(zmq.SNDHWM, self.limits.high_water_mark)
+        sock.setsockopt(zmq.RCVHWM, self.limits.high_water_mark)
+        try:
+            sock.bind(url)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+            raise TransportError(f"cannot bind {url}: {reason}") from None
+        self.socket = sock
+        self.endpoint: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def recv(self) -> tuple[bytes, list[bytes]] | None:
+        """One message as (identity, frames), or None when nothing is waiting or the
+        message broke the frame limit (counted in :attr:`oversized`)."""
+        try:
+            parts = self.socket.recv_multipart(zmq.NOBLOCK, copy=True)
+        except zmq.Again:
+            return None
+        if len(parts) - 1 > self.limits.max_frames:
+            self.oversized += 1
+            return None
+        return parts[0], parts[1:]
+
+    def send(self, identity: bytes, frames: Sequence[bytes]) -> bool:
+        """Send ``frames`` to the peer ``identity``; False if that peer is gone or its
+        queue is full (counted in :attr:`unroutable`)."""
+        try:
+            self.socket.send_multipart([identity, *frames], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                self.unroutable += 1
+                return False
+            raise TransportError(f"send on {self.url} failed: {exc.strerror}") from None
+        return True
+
+    def close(self) -> None:
+        self.socket.close(0)
+
+
+def connect_dealer(
+    context: zmq.Context[zmq.Socket[bytes]], url: str, identity: bytes | None = None
+) -> zmq.Socket[bytes]:
+    """A DEALER connected to ``url`` with linger 0 (tests and the conformance suite)."""
+    sock = context.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if identity is not None:
+        sock.setsockopt(zmq.IDENTITY, identity)
+    sock.connect(url)
+    return sock
