@@ -1,0 +1,276 @@
+"""Bookkeeping records of the routing core: jobs, parts, their state table, fair queues.
+
+Split out of :mod:`nfgate.routing` to keep each file readable; nothing here is public API
+and nothing here does I/O or reads a clock. The records are plain ``__slots__`` classes,
+not attrs: they are mutated on every message and hashed by identity (a part is a key of
+the core's expiry index), so value equality would be wrong as well as slower.
+
+A **job** is one accepted :class:`~nfgate.model.Request`. It is split into **parts**,
+one per reply the client should get:
+
+- target ANY: one part, served by whichever worker is free;
+- target ALL: one part per worker of the service registered at acceptance, each *bound*
+  to its worker (while no worker is registered, a single placeholder part waits and is
+  *split* into bound parts when the first worker arrives);
+- target NAMED: one part per distinct name, each waiting for (and then bound to) the
+  worker that registered under that name.
+
+Every part ends in exactly one terminal state, and the core emits exactly one terminal
+``Deliver`` for it; that is the invariant the property test checks.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict, deque
+from typing import Final
+
+from nfgate.errors import StateError
+from nfgate.model import Peer, Register, Request, ServiceRef
+
+__all__ = ["TERMINAL", "TRANSITIONS", "Event", "FairQueue", "Job", "Part", "PartState", "Waitlist", "advance"]
+
+
+class PartState(enum.Enum):
+    QUEUED = "queued"  # waiting for a worker (service queue, worker backlog or named wait)
+    IN_FLIGHT = "in_flight"  # a worker holds it
+    DONE = "done"  # the worker replied (terminal)
+    FAILED = "failed"  # the core answered with an error status (terminal)
+    CANCELLED = "cancelled"  # the client cancelled it (terminal)
+    SPLIT = "split"  # an ALL placeholder replaced by bound parts (terminal, no Deliver)
+
+
+class Event(enum.Enum):
+    DISPATCH = "dispatch"  # given to a worker
+    PROGRESS = "progress"  # the worker sent a 1xx reply: relayed, the part stays in flight
+    REPLY = "reply"  # the worker sent its final reply
+    REQUEUE = "requeue"  # the worker was lost or timed out, and a retry is allowed
+    FAIL = "fail"  # lost/timed out with no retry left, or the bound worker is gone
+    EXPIRE = "expire"  # queued longer than the queue expiry
+    CANCEL = "cancel"  # Cancel from a client
+    SPLIT = "split"  # an ALL placeholder met its first worker
+
+
+TRANSITIONS: Final[dict[tuple[PartState, Event], PartState]] = {
+    (PartState.QUEUED, Event.DISPATCH): PartState.IN_FLIGHT,
+    (PartState.QUEUED, Event.EXPIRE): PartState.FAILED,
+    (PartState.QUEUED, Event.CANCEL): PartState.CANCELLED,
+    (PartState.QUEUED, Event.SPLIT): PartState.SPLIT,
+    # A part bound to a worker (ALL) that leaves before taking it has nowhere else to go.
+    (PartState.QUEUED, Event.FAIL): PartState.FAILED,
+    (PartState.IN_FLIGHT, Event.PROGRESS): PartState.IN_FLIGHT,
+    (PartState.IN_FLIGHT, Event.REPLY): PartState.DONE,
+    (PartState.IN_FLIGHT, Event.REQUEUE): PartState.QUEUED,
+    (PartState.IN_FLIGHT, Event.FAIL): PartState.FAILED,
+    (PartState.IN_FLIGHT, Event.CANCEL): PartState.CANCELLED,
+}
+"""The life of a part: ``{(state, event): next_state}``; anything else is a core bug."""
+
+TERMINAL: Final = frozenset({PartState.DONE, PartState.FAILED, PartState.CANCELLED, PartState.SPLIT})
+
+
+class Job:
+    """One accepted request: its parts and how many of them are still open."""
+
+    __slots__ = ("open", "parts", "request")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.parts: list[Part] = []
+        self.open = 0  # parts not yet terminal (SPLIT placeholders excluded once split)
+
+
+class Part:
+    """One expected reply of a job; see the module docstring for how jobs split."""
+
+    __slots__ = ("attempts", "bound", "dispatch_seq", "job", "name", "placeholder", "seq", "state", "worker")
+
+    def __init__(
+        self, job: Job, *, bound: Peer | None = None, name: str | None = None, placeholder: bool = False
+    ) -> None:
+        self.job = job
+        self.state = PartState.QUEUED
+        self.bound = bound  # ALL: the only worker this part may go to
+        self.name = name  # NAMED: the worker name this part waits for
+        self.placeholder = placeholder  # ALL with no worker yet: split on the first one
+        self.worker: Peer | None = None  # who holds it while IN_FLIGHT
+        self.attempts = 0  # dispatches so far
+        # Bumped on every dispatch, so a timeout scheduled for an earlier dispatch is
+        # recognised as stale without removing it from the heap.
+        self.dispatch_seq = 0
+        self.seq = 0  # order of (re)queueing, to pick the oldest head among several queues
+
+
+def advance(part: Part, event: Event) -> PartState:
+    """Move ``part`` through :data:`TRANSITIONS` and return its new state.
+
+    Raises:
+        StateError: the transition is not in the table (an internal inconsistency of
+            the core, never caused by peer input, which is filtered before this point).
+    """
+    try:
+        nxt = TRANSITIONS[part.state, event]
+    except KeyError:
+        raise StateError(
+            "core", f"request {part.job.request.id}: no transition {part.state.value} --{event.value}-->"
+        ) from None
+    part.state = nxt
+    return nxt
+
+
+class FairQueue:
+    """Queued ANY parts of one service (name and version), fair across clients.
+
+    ``retry`` holds parts whose worker was lost: they were already first in line once,
+    so they go before everything else. Other parts wait in one FIFO per client, and the
+    clients take turns (round-robin): a client with 100 queued requests delays another
+    client's single request by at most one dispatch.
+
+    Removal is lazy: an expired or cancelled part stays in its deque, no longer QUEUED,
+    and is skipped when reached; ``live`` counts the parts really waiting so emptiness
+    is O(1) and the deques are dropped as soon as nothing live is left.
+    """
+
+    __slots__ = ("clients", "live", "retry")
+
+    def __init__(self) -> None:
+        self.retry: deque[Part] = deque()
+        self.clients: OrderedDict[Peer, deque[Part]] = OrderedDict()
+        self.live = 0
+
+    def push(self, part: Part) -> None:
+        client = part.job.request.reply_to
+        fifo = self.clients.get(client)
+        if fifo is None:
+            fifo = self.clients[client] = deque()
+        fifo.append(part)
+        self.live += 1
+
+    def push_retry(self, part: Part) -> None:
+        self.retry.append(part)
+        self.live += 1
+
+    def forget(self) -> None:
+        """One of the live parts left the queue by other means (expired, cancelled)."""
+        self.live -= 1
+        if self.live == 0:
+            self.retry.clear()
+            self.clients.clear()
+
+    def peek(self) -> Part | None:
+        """The part :meth:`pop` would return, dropping dead entries on the way."""
+        while self.retry:
+            if self.retry[0].state is PartState.QUEUED:
+                return self.retry[0]
+            self.retry.popleft()
+        while self.clients:
+            client, fifo = next(iter(self.clients.items()))
+            while fifo and fifo[0].state is not PartState.QUEUED:
+                fifo.popleft()
+            if fifo:
+                return fifo[0]
+            del self.clients[client]
+        return None
+
+    def pop(self) -> Part | None:
+        """Take the next part: a retry if any, else the head of the next client's FIFO."""
+        part = self.peek()
+        if part is None:
+            return None
+        if self.retry and self.retry[0] is part:
+            self.retry.popleft()
+        else:
+            client = part.job.request.reply_to
+            fifo = self.clients[client]
+            fifo.popleft()
+            if fifo:
+                self.clients.move_to_end(client)  # its turn is over
+            else:
+                del self.clients[client]
+        self.live -= 1
+        if self.live == 0:
+            self.retry.clear()
+            self.clients.clear()
+        return part
+
+
+class Waitlist:
+    """A FIFO of parts with lazy removal, like :class:`FairQueue` without the fairness.
+
+    Used for a worker's backlog (parts bound to it), for parts waiting for a named
+    worker, and for ALL placeholders waiting for a first worker.
+    """
+
+    __slots__ = ("items", "live")
+
+    def __init__(self) -> None:
+        self.items: deque[Part] = deque()
+        self.live = 0
+
+    def push(self, part: Part) -> None:
+        self.items.append(part)
+        self.live += 1
+
+    def forget(self) -> None:
+        """One of the live parts left by other means (expired, cancelled, failed)."""
+        self.live -= 1
+        if self.live == 0:
+            self.items.clear()
+
+    def pop(self) -> Part | None:
+        """The oldest part still QUEUED, or None."""
+        while self.live:
+            part = self.items.popleft()
+            if part.state is PartState.QUEUED:
+                self.live -= 1
+                if self.live == 0:
+                    self.items.clear()
+                return part
+        return None
+
+    def peek(self) -> Part | None:
+        """The part :meth:`pop` would return, dropping dead entries on the way."""
+        items = self.items
+        while self.live:
+            if items[0].state is PartState.QUEUED:
+                return items[0]
+            items.popleft()
+        return None
+
+    def take_all(self) -> list[Part]:
+        """Every live part, oldest first; the list is left empty."""
+        parts = [p for p in self.items if p.state is PartState.QUEUED]
+        self.items.clear()
+        self.live = 0
+        return parts
+
+
+class WorkerState:
+    """The core's record of one registered worker: what it offers, its slots and what it holds."""
+
+    __slots__ = ("backlog", "base", "capacity", "in_flight", "name", "names", "peer", "services", "timeout")
+
+    def __init__(self, reg: Register, timeout: int) -> None:
+        self.peer = reg.peer
+        self.services = reg.services
+        self.names = tuple(dict.fromkeys(s.name for s in reg.services))
+        self.name = reg.name
+        self.base = reg.capacity  # as registered
+        self.capacity = reg.capacity  # base plus slots granted by heartbeats
+        self.in_flight: dict[int, Part] = {}  # one part per job at most: keyed by job id
+        self.backlog = Waitlist()
+        self.timeout = timeout
+
+    def offers(self, ref: ServiceRef) -> bool:
+        return any(ref.matches(s) for s in self.services)
+
+    def offers_version(self, name: str, version: str | None) -> bool:
+        # ServiceRef.matches without building a ServiceRef on the dispatch path.
+        return any(
+            s.name == name and (version is None or s.version is None or s.version == version)
+            for s in self.services
+        )
+
+    @property
+    def free(self) -> bool:
+        return self.capacity > len(self.in_flight)

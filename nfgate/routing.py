@@ -1,0 +1,621 @@
+"""The routing core: services, workers, queues, dispatch, liveness and timeouts.
+
+Pure and deterministic: :meth:`Router.handle` takes one command and ``now_ms`` and returns
+the outputs to send; :meth:`Router.tick` fires expiries; :meth:`Router.next_deadline`
+says when the next one is due, so the event loop sleeps exactly that long instead of
+keeping a timer per message. Behaviour, data structures and the per-message cost are
+described in docs/routing.md; the request state table is ``nfgate.queues.TRANSITIONS``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Final
+
+import attrs
+
+from nfgate.errors import StateError
+from nfgate.model import (
+    Cancel,
+    Catalog,
+    CatalogEntry,
+    Command,
+    Fetch,
+    Heartbeat,
+    Lookup,
+    Peer,
+    Register,
+    Reply,
+    Request,
+    ServiceRef,
+    Status,
+    TargetKind,
+    Unregister,
+)
+from nfgate.queues import Event, FairQueue, Job, Part, PartState, Waitlist, WorkerState, advance
+
+__all__ = [
+    "DEFAULT_LIVENESS",
+    "STATUS_CANCELLED",
+    "Abort",
+    "Accepted",
+    "Deliver",
+    "Dispatch",
+    "Evict",
+    "Output",
+    "Router",
+    "RouterConfig",
+]
+
+from nfgate.routing_types import (
+    DEFAULT_LIVENESS,
+    STATUS_CANCELLED,
+    Abort,
+    Accepted,
+    Deliver,
+    Dispatch,
+    Evict,
+    Output,
+    RouterConfig,
+)
+
+_COUNTERS: Final = (
+    "accepted",
+    "rejected",
+    "dispatched",
+    "redispatched",
+    "replied",
+    "progress",
+    "expired",
+    "timeouts",
+    "failed",
+    "cancelled",
+    "unknown_replies",
+    "unknown_heartbeats",
+    "unknown_cancels",
+    "workers_registered",
+    "workers_lost",
+    "evicted",
+)
+
+
+class Router:
+    """The routing core. See the module docstring for behaviour and data structures."""
+
+    def __init__(self, config: RouterConfig | None = None) -> None:
+        self._cfg = config if config is not None else RouterConfig()
+        self._next_id = 1
+        self._seq = 0
+        self._jobs: dict[int, Job] = {}
+        self._workers: dict[Peer, WorkerState] = {}
+        self._by_name: dict[str, Peer] = {}
+        self._providers: dict[str, dict[Peer, None]] = {}
+        self._free: dict[str, OrderedDict[Peer, None]] = {}
+        self._queues: dict[str, dict[str | None, FairQueue]] = {}
+        self._all_wait: dict[str, Waitlist] = {}
+        self._named_wait: dict[str, Waitlist] = {}
+        self._queued_count: dict[str, int] = {}
+        self._waiting: OrderedDict[Part, int] = OrderedDict()
+        self._liveness: dict[int, OrderedDict[Peer, int]] = {}
+        self._timeouts: list[tuple[int, int, int, Part]] = []
+        self._stats = dict.fromkeys(_COUNTERS, 0)
+
+    # ----------------------------------------------------------------- public API
+
+    def handle(self, command: Command, now_ms: int) -> list[Output]:
+        """Apply one command from an edge; return what to send, in order.
+
+        Raises:
+            TypeError: ``command`` is not one the core takes (Catalog is an output;
+                Fetch is answered by the job store, not the core).
+            ValueError: a Request arrived with a non-zero id that is already in use.
+        """
+        out: list[Output] = []
+        match command:
+            case Request():
+                self._request(command, now_ms, out)
+            case Reply():
+                self._reply(command, now_ms, out)
+            case Heartbeat():
+                self._heartbeat(command, now_ms, out)
+            case Register():
+                self._register(command, now_ms, out)
+            case Unregister():
+                w = self._workers.get(command.peer)
+                if w is not None:
+                    self._remove_worker(w, now_ms, out, evict_reason=None)
+            case Cancel():
+                self._cancel(command, now_ms, out)
+            case Lookup():
+                out.append(self._lookup(command))
+            case Catalog() | Fetch():
+                raise TypeError(f"the routing core does not take {type(command).__name__}")
+            case _:  # pragma: no cover - the union is exhaustive; guards against new commands
+                raise TypeError(f"not a command: {command!r}")
+        return out
+
+    def tick(self, now_ms: int) -> list[Output]:
+        """Act on everything due at ``now_ms``: dead workers, expired queues, timeouts."""
+        out: list[Output] = []
+        for timeout, seen in list(self._liveness.items()):
+            while seen:
+                peer, last = next(iter(seen.items()))
+                if last + timeout > now_ms:
+                    break
+                self._remove_worker(self._workers[peer], now_ms, out, evict_reason="heartbeat expired")
+        expiry = self._cfg.queue_expiry_ms
+        while self._waiting:
+            part, since = next(iter(self._waiting.items()))
+            if since + expiry > now_ms:
+                break
+            self._unqueue(part)
+            self._stats["expired"] += 1
+            self._finish(part, Event.EXPIRE, Status.REQUEST_TIMEOUT, "no worker within the queue expiry", out)
+        heap = self._timeouts
+        while heap and heap[0][0] <= now_ms:
+            _, _, dseq, part = heapq.heappop(heap)
+            if part.state is not PartState.IN_FLIGHT or part.dispatch_seq != dseq or part.worker is None:
+                continue  # answered, re-dispatched or cancelled since
+            w = self._workers[part.worker]
+            del w.in_flight[part.job.request.id]
+            self._stats["timeouts"] += 1
+            self._lost(part, now_ms, out, Status.GATEWAY_TIMEOUT, "worker timed out", timeout=True)
+            self._feed(w, now_ms, out)
+        return out
+
+    def next_deadline(self) -> int | None:
+        """The earliest ``now_ms`` at which :meth:`tick` has something to do, or None.
+
+        Any ``handle`` or ``tick`` may move it (earlier or later), so the event loop asks
+        again after each batch of commands before it sleeps.
+        """
+        best: int | None = None
+        for timeout, seen in self._liveness.items():
+            if seen:
+                due = next(iter(seen.values())) + timeout
+                best = due if best is None else min(best, due)
+        if self._waiting:
+            due = next(iter(self._waiting.values())) + self._cfg.queue_expiry_ms
+            best = due if best is None else min(best, due)
+        heap = self._timeouts
+        while heap:
+            due, _, dseq, part = heap[0]
+            if part.state is PartState.IN_FLIGHT and part.dispatch_seq == dseq:
+                best = due if best is None else min(best, due)
+                break
+            heapq.heappop(heap)  # stale: drop it now so it does not wake the loop
+        return best
+
+    def stats(self) -> dict[str, int]:
+        """Counters since start, plus gauges (workers, jobs, queued, in_flight)."""
+        stats = dict(self._stats)
+        stats["workers"] = len(self._workers)
+        stats["jobs"] = len(self._jobs)
+        stats["queued"] = len(self._waiting)
+        stats["in_flight"] = sum(len(w.in_flight) for w in self._workers.values())
+        return stats
+
+    # ------------------------------------------------------------------ requests
+
+    def _request(self, cmd: Request, now: int, out: list[Output]) -> None:
+        if cmd.reply_to in self._workers:  # a worker forwarding a request is alive too
+            self._touch(self._workers[cmd.reply_to], now)
+        if cmd.id == 0:
+            req = attrs.evolve(cmd, id=self._next_id)
+            self._next_id += 1
+        else:
+            # An edge restoring a stored job after a restart keeps its id.
+            if cmd.id in self._jobs:
+                raise ValueError(f"request id {cmd.id} is already in use")
+            req = cmd
+            self._next_id = max(self._next_id, cmd.id + 1)
+        name = req.service.name
+        if self._queued_count.get(name, 0) >= self._cfg.max_queue_per_service:
+            self._stats["rejected"] += 1
+            reply = Reply(id=req.id, status=Status.UNAVAILABLE)
+            out.append(Deliver(reply=reply, request=req, remaining=0, reason="service queue full"))
+            return
+        job = Job(req)
+        self._jobs[req.id] = job
+        self._stats["accepted"] += 1
+        at = len(out)
+        kind = req.target.kind
+        if kind is TargetKind.ANY:
+            self._add_part(job, Part(job))
+            self._place_any(job.parts[0], now, out, retry=False)
+        elif kind is TargetKind.ALL:
+            if not self._fan_out(job, now, out):
+                self._add_part(job, Part(job, placeholder=True))
+                self._enqueue(job.parts[0], now)
+        else:
+            touched: dict[Peer, None] = {}
+            for wname in dict.fromkeys(req.target.names):
+                part = Part(job, name=wname)
+                self._add_part(job, part)
+                self._enqueue(part, now)
+                if part.bound is not None:
+                    touched[part.bound] = None
+            for peer in touched:
+                self._feed(self._workers[peer], now, out)
+        workers = tuple(p.bound or p.worker for p in job.parts if p.bound or p.worker)
+        out.insert(at, Accepted(request=req, workers=tuple(p for p in workers if p is not None)))
+
+    @staticmethod
+    def _add_part(job: Job, part: Part) -> None:
+        job.parts.append(part)
+        job.open += 1
+
+    def _fan_out(self, job: Job, now: int, out: list[Output]) -> bool:
+        """Bind one part of an ALL job to each matching worker; False if there is none."""
+        ref = job.request.service
+        peers = [p for p in self._providers.get(ref.name, ()) if self._workers[p].offers(ref)]
+        for peer in peers:
+            part = Part(job, bound=peer)
+            self._add_part(job, part)
+            self._enqueue(part, now)
+        for peer in peers:
+            self._feed(self._workers[peer], now, out)
+        return bool(peers)
+
+    def _place_any(self, part: Part, now: int, out: list[Output], *, retry: bool) -> None:
+        ref = part.job.request.service
+        free = self._free.get(ref.name)
+        if free:
+            for peer in free:
+                w = self._workers[peer]
+                if w.offers(ref):
+                    self._dispatch(part, w, now, out)
+                    self._refresh_free(w, used=True)
+                    return
+        self._enqueue(part, now, retry=retry)
+
+    def _enqueue(self, part: Part, now: int, *, retry: bool = False) -> None:
+        """Index a QUEUED part for expiry and put it where a worker will find it."""
+        self._waiting[part] = now
+        name = part.job.request.service.name
+        self._queued_count[name] = self._queued_count.get(name, 0) + 1
+        self._place(part, retry=retry)
+
+    def _place(self, part: Part, *, retry: bool = False) -> None:
+        """Put a QUEUED part in the one waitlist or queue where a worker will look for it."""
+        if not retry:
+            # A retry keeps its first place in line, so it beats everything queued since.
+            self._seq += 1
+            part.seq = self._seq
+        ref = part.job.request.service
+        if part.placeholder:
+            self._all_wait.setdefault(ref.name, Waitlist()).push(part)
+        elif part.bound is not None:
+            self._workers[part.bound].backlog.push(part)
+        elif part.name is not None:
+            peer = self._by_name.get(part.name)
+            if peer is not None and self._workers[peer].offers(ref):
+                part.bound = peer
+                self._workers[peer].backlog.push(part)
+            else:
+                self._named_wait.setdefault(part.name, Waitlist()).push(part)
+        else:
+            queue = self._queues.setdefault(ref.name, {}).setdefault(ref.version, FairQueue())
+            if retry:
+                queue.push_retry(part)
+            else:
+                queue.push(part)
+
+    def _unqueue(self, part: Part) -> None:
+        """Take a QUEUED part out of every index (its deque entry is left, dead)."""
+        del self._waiting[part]
+        ref = part.job.request.service
+        self._uncount(ref.name)
+        if part.placeholder:
+            self._forget(self._all_wait, ref.name)
+        elif part.bound is not None:
+            self._workers[part.bound].backlog.forget()
+        elif part.name is not None:
+            self._forget(self._named_wait, part.name)
+        else:
+            queues = self._queues[ref.name]
+            queues[ref.version].forget()
+            self._prune_queue(ref.name, ref.version)
+
+    def _uncount(self, name: str) -> None:
+        left = self._queued_count[name] - 1
+        if left:
+            self._queued_count[name] = left
+        else:
+            del self._queued_count[name]
+
+    @staticmethod
+    def _forget(lists: dict[str, Waitlist], key: str) -> None:
+        wl = lists[key]
+        wl.forget()
+        if not wl.live:
+            del lists[key]
+
+    def _prune_queue(self, name: str, version: str | None) -> None:
+        queues = self._queues[name]
+        if not queues[version].live:
+            del queues[version]
+            if not queues:
+                del self._queues[name]
+
+    def _dispatch(self, part: Part, w: WorkerState, now: int, out: list[Output]) -> None:
+        if self._waiting.pop(part, None) is not None:
+            self._uncount(part.job.request.service.name)
+        advance(part, Event.DISPATCH)
+        req = part.job.request
+        part.worker = w.peer
+        part.attempts += 1
+        part.dispatch_seq += 1
+        w.in_flight[req.id] = part
+        self._stats["dispatched"] += 1
+        if part.attempts > 1:
+            self._stats["redispatched"] += 1
+        if req.timeout_ms:
+            self._seq += 1
+            heapq.heappush(self._timeouts, (now + req.timeout_ms, self._seq, part.dispatch_seq, part))
+        out.append(Dispatch(worker=w.peer, request=req, attempt=part.attempts))
+
+    def _feed(self, w: WorkerState, now: int, out: list[Output]) -> None:
+        """Give a worker work while it has free slots, oldest waiting part first.
+
+        Its backlog (parts bound to it) and the service queues it can serve compete by
+        queueing order, so a stream of ALL requests cannot starve ANY ones, nor the reverse.
+        """
+        used = False
+        while w.free:
+            bound = w.backlog.peek()
+            shared = self._best_queue_for(w)
+            if shared is not None and (bound is None or shared[0] < bound.seq):
+                part = self._pop_queue(shared[1], shared[2])
+            elif bound is not None:
+                part = bound
+                w.backlog.pop()
+            else:
+                break
+            self._dispatch(part, w, now, out)
+            used = True
+        self._refresh_free(w, used=used)
+
+    def _best_queue_for(self, w: WorkerState) -> tuple[int, str, str | None] | None:
+        """(head seq, name, version) of the queue ``w`` serves whose head waited longest."""
+        best: tuple[int, str, str | None] | None = None
+        for name in w.names:
+            queues = self._queues.get(name)
+            if not queues:
+                continue
+            for version, queue in queues.items():
+                if not w.offers_version(name, version):
+                    continue
+                head = queue.peek()
+                if head is not None and (best is None or head.seq < best[0]):
+                    best = (head.seq, name, version)
+        return best
+
+    def _pop_queue(self, name: str, version: str | None) -> Part:
+        part = self._queues[name][version].pop()
+        if part is None:  # pragma: no cover - _best_queue_for just saw a live head
+            raise StateError("core", f"queue {name}/{version} emptied under us")
+        self._prune_queue(name, version)
+        return part
+
+    def _refresh_free(self, w: WorkerState, *, used: bool) -> None:
+        """Keep ``w`` in the free sets iff it has a free slot; ``used`` sends it to the back."""
+        peer = w.peer
+        if w.free:
+            for name in w.names:
+                free = self._free.get(name)
+                if free is None:
+                    free = self._free[name] = OrderedDict()
+                if used or peer not in free:
+                    free[peer] = None
+                    free.move_to_end(peer)
+        else:
+            for name in w.names:
+                free = self._free.get(name)
+                if free is not None and free.pop(peer, 0) is None and not free:
+                    del self._free[name]
+
+    def _finish(self, part: Part, event: Event, status: int, reason: str, out: list[Output]) -> None:
+        """End a part with an error reply from the core."""
+        advance(part, event)
+        job = part.job
+        job.open -= 1
+        if job.open == 0:
+            del self._jobs[job.request.id]
+        if event is not Event.CANCEL and event is not Event.EXPIRE:
+            self._stats["failed"] += 1
+        reply = Reply(id=job.request.id, status=status, worker=part.bound)
+        out.append(Deliver(reply=reply, request=job.request, remaining=job.open, reason=reason))
+
+    def _lost(
+        self, part: Part, now: int, out: list[Output], status: int, reason: str, *, timeout: bool = False
+    ) -> None:
+        """An in-flight part lost its worker (already removed from its in_flight)."""
+        part.worker = None
+        all_part = part.name is None and part.bound is not None
+        if all_part or (timeout and part.name is not None) or part.attempts > self._cfg.max_redispatch:
+            self._finish(part, Event.FAIL, status, reason, out)
+            return
+        advance(part, Event.REQUEUE)
+        if part.name is not None:
+            part.bound = None
+            self._enqueue(part, now)
+            if part.bound is not None:
+                self._feed(self._workers[part.bound], now, out)
+        else:
+            self._place_any(part, now, out, retry=True)
+
+    # ------------------------------------------------------------------- replies
+
+    def _reply(self, cmd: Reply, now: int, out: list[Output]) -> None:
+        w = self._workers.get(cmd.worker) if cmd.worker is not None else None
+        part = w.in_flight.get(cmd.id) if w is not None else None
+        if w is None or part is None:
+            # Not given to this worker, already answered, or timed out: drop it.
+            self._stats["unknown_replies"] += 1
+            return
+        self._touch(w, now)
+        job = part.job
+        reply = cmd if cmd.worker_name or not w.name else attrs.evolve(cmd, worker_name=w.name)
+        if cmd.status < 200:
+            advance(part, Event.PROGRESS)
+            self._stats["progress"] += 1
+            out.append(Deliver(reply=reply, request=job.request, remaining=job.open))
+            return
+        advance(part, Event.REPLY)
+        del w.in_flight[cmd.id]
+        part.worker = None
+        job.open -= 1
+        if job.open == 0:
+            del self._jobs[job.request.id]
+        self._stats["replied"] += 1
+        out.append(Deliver(reply=reply, request=job.request, remaining=job.open))
+        if w.capacity > w.base:
+            w.capacity -= 1  # the slot a heartbeat granted is spent
+        self._feed(w, now, out)
+
+    def _cancel(self, cmd: Cancel, now: int, out: list[Output]) -> None:
+        job = self._jobs.get(int(cmd.job_id)) if cmd.job_id.isdecimal() else None
+        if job is None:
+            self._stats["unknown_cancels"] += 1
+            return
+        self._stats["cancelled"] += 1
+        freed: list[WorkerState] = []
+        for part in job.parts:
+            if part.state is PartState.QUEUED:
+                self._unqueue(part)
+            elif part.state is PartState.IN_FLIGHT and part.worker is not None:
+                w = self._workers[part.worker]
+                del w.in_flight[job.request.id]
+                out.append(Abort(worker=w.peer, request=job.request))
+                freed.append(w)
+            else:
+                continue
+            self._finish(part, Event.CANCEL, STATUS_CANCELLED, "cancelled", out)
+        for w in freed:
+            self._feed(w, now, out)
+
+    # ------------------------------------------------------------------- workers
+
+    def _touch(self, w: WorkerState, now: int) -> None:
+        if w.timeout:
+            seen = self._liveness[w.timeout]
+            seen[w.peer] = now
+            seen.move_to_end(w.peer)
+
+    def _heartbeat(self, cmd: Heartbeat, now: int, out: list[Output]) -> None:
+        w = self._workers.get(cmd.peer)
+        if w is None:
+            self._stats["unknown_heartbeats"] += 1
+            return
+        self._touch(w, now)
+        if (
+            not w.free
+            and cmd.peer.protocol in self._cfg.heartbeat_grants_slot
+            and w.capacity < self._cfg.max_in_flight_per_worker
+        ):
+            w.capacity = len(w.in_flight) + 1
+            self._feed(w, now, out)
+
+    def _register(self, cmd: Register, now: int, out: list[Output]) -> None:
+        w = self._workers.get(cmd.peer)
+        if w is not None:
+            if w.services == cmd.services and w.name == cmd.name:
+                # A repeated READY: only the capacity may have changed.
+                w.base = w.capacity = cmd.capacity
+                self._touch(w, now)
+                self._feed(w, now, out)
+                return
+            self._remove_worker(w, now, out, evict_reason=None)
+        w = WorkerState(cmd, self._cfg.timeout_for(cmd.peer))
+        self._workers[w.peer] = w
+        self._stats["workers_registered"] += 1
+        for name in w.names:
+            self._providers.setdefault(name, {})[w.peer] = None
+        if w.timeout:
+            self._liveness.setdefault(w.timeout, OrderedDict())
+        self._touch(w, now)
+        if w.name:
+            self._by_name[w.name] = w.peer
+            waiting = self._named_wait.pop(w.name, None)
+            for part in waiting.take_all() if waiting is not None else ():
+                self._place(part)  # binds it to w when w offers its service; keeps its queueing time
+        for name in w.names:
+            placeholders = self._all_wait.pop(name, None)
+            for part in placeholders.take_all() if placeholders is not None else ():
+                if w.offers(part.job.request.service):
+                    self._split(part, now, out)
+                else:
+                    self._all_wait.setdefault(name, Waitlist()).push(part)
+        self._feed(w, now, out)
+
+    def _split(self, placeholder: Part, now: int, out: list[Output]) -> None:
+        del self._waiting[placeholder]
+        self._uncount(placeholder.job.request.service.name)
+        advance(placeholder, Event.SPLIT)
+        placeholder.job.open -= 1
+        self._fan_out(placeholder.job, now, out)
+
+    def _remove_worker(self, w: WorkerState, now: int, out: list[Output], evict_reason: str | None) -> None:
+        peer = w.peer
+        del self._workers[peer]
+        self._stats["workers_lost"] += 1
+        if w.timeout:
+            self._liveness[w.timeout].pop(peer, None)
+        for name in w.names:
+            providers = self._providers[name]
+            del providers[peer]
+            if not providers:
+                del self._providers[name]
+            free = self._free.get(name)
+            if free is not None and free.pop(peer, 0) is None and not free:
+                del self._free[name]
+        if w.name and self._by_name.get(w.name) == peer:
+            del self._by_name[w.name]
+        if evict_reason is not None:
+            self._stats["evicted"] += 1
+            out.append(Evict(worker=peer, reason=evict_reason))
+        rebound: dict[Peer, None] = {}
+        for part in w.backlog.take_all():
+            if part.name is not None:
+                part.bound = None
+                self._place(part)  # back to waiting for its name, same queueing time
+                if part.bound is not None:  # another worker registered under that name
+                    rebound[part.bound] = None
+            else:
+                self._waiting.pop(part)
+                self._uncount(part.job.request.service.name)
+                self._finish(part, Event.FAIL, Status.ERROR, "worker left", out)
+        parts = list(w.in_flight.values())
+        w.in_flight.clear()
+        for part in parts:
+            self._lost(part, now, out, Status.ERROR, "worker lost")
+        for other in rebound:
+            self._feed(self._workers[other], now, out)
+
+    # -------------------------------------------------------------------- lookup
+
+    def _lookup(self, cmd: Lookup) -> Catalog:
+        query = cmd.query
+        names: Iterable[str] = sorted(self._providers) if query in ("", "*") else (query,)
+        entries: list[CatalogEntry] = []
+        for name in names:
+            groups: dict[str | None, tuple[int, set[str]]] = {}
+            for peer in self._providers.get(name, ()):
+                for ref in self._workers[peer].services:
+                    if ref.name == name:
+                        count, protocols = groups.get(ref.version, (0, set()))
+                        protocols.add(peer.protocol)
+                        groups[ref.version] = (count + 1, protocols)
+            for version in sorted(groups, key=lambda x: (x is not None, x or "")):
+                count, protocols = groups[version]
+                entries.append(
+                    CatalogEntry(
+                        service=ServiceRef(name=name, version=version),
+                        workers=count,
+                        protocols=tuple(sorted(protocols)),
+                    )
+                )
+        return Catalog(peer=cmd.peer, entries=entries)

@@ -1,0 +1,115 @@
+"""What the routing core takes as configuration and gives back as outputs.
+
+Split from :mod:`nfgate.routing` so the core module holds only the algorithm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+import attrs
+from attrs import validators as v
+
+from nfgate.model import Catalog, Peer, Reply, Request
+
+STATUS_CANCELLED: Final = 410  # not in model.Status: only the core emits it
+
+DEFAULT_LIVENESS: Final[Mapping[str, tuple[int, int]]] = MappingProxyType(
+    {
+        "nfp": (2500, 6),  # NorFab 0.25: 2.5 s heartbeats, 6 missed
+        "sada": (5000, 3),  # PIRAN channels: PING every 5 s, 3 retries
+        "memodb": (10_000, 3),  # bcdb broker: idle heartbeat after 10 s
+        "dcp": (2500, 3),
+        "dbp": (2500, 3),
+    }
+)
+"""Per-protocol ``(interval_ms, liveness)``; a worker silent ``interval * liveness`` ms is dropped."""
+
+
+def _liveness_map(value: Mapping[str, tuple[int, int]]) -> Mapping[str, tuple[int, int]]:
+    for key, pair in value.items():
+        if len(pair) != 2 or any(not isinstance(x, int) or x < 0 for x in pair):
+            raise ValueError(f"liveness[{key!r}] must be (interval_ms, liveness), non-negative ints")
+    return MappingProxyType(dict(value))
+
+
+@attrs.frozen(kw_only=True)
+class RouterConfig:
+    """Limits and timers of the core; every field has a usable default.
+
+    ``liveness`` maps an edge name or a protocol name (edge first) to
+    ``(interval_ms, liveness)``; an interval of 0 disables expiry for those workers
+    (e.g. Hermes-dialect DBP services, which send no heartbeats).
+    """
+
+    queue_expiry_ms: int = attrs.field(default=300_000, validator=[v.instance_of(int), v.ge(0)])
+    max_redispatch: int = attrs.field(default=3, validator=[v.instance_of(int), v.ge(0)])
+    max_queue_per_service: int = attrs.field(default=10_000, validator=[v.instance_of(int), v.ge(1)])
+    liveness: Mapping[str, tuple[int, int]] = attrs.field(default=DEFAULT_LIVENESS, converter=_liveness_map)
+    default_liveness: tuple[int, int] = (2500, 3)
+    heartbeat_grants_slot: frozenset[str] = attrs.field(default=frozenset({"dcp"}), converter=frozenset)
+    max_in_flight_per_worker: int = attrs.field(default=64, validator=[v.instance_of(int), v.ge(1)])
+
+    def timeout_for(self, peer: Peer) -> int:
+        """Milliseconds of silence after which ``peer`` is dropped; 0 means never."""
+        interval, liveness = self.liveness.get(
+            peer.edge, self.liveness.get(peer.protocol, self.default_liveness)
+        )
+        return interval * liveness
+
+
+@attrs.frozen(kw_only=True)
+class Accepted:
+    """The core took ``request`` (now carrying its core id); ``workers``: assigned so far."""
+
+    request: Request
+    workers: tuple[Peer, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class Dispatch:
+    """Send ``request`` to ``worker``; ``attempt`` is 1 for the first dispatch of this part."""
+
+    worker: Peer
+    request: Request
+    attempt: int = 1
+
+
+@attrs.frozen(kw_only=True)
+class Deliver:
+    """Send ``reply`` to the client of ``request``; ``remaining`` more replies will follow."""
+
+    reply: Reply
+    request: Request
+    remaining: int = 0
+    reason: str = ""  # why the core produced an error reply; "" for a worker's reply
+
+    @property
+    def client(self) -> Peer:
+        return self.request.reply_to
+
+    @property
+    def final(self) -> bool:
+        """True when this is the last reply the client gets for this request."""
+        return self.remaining == 0
+
+
+@attrs.frozen(kw_only=True)
+class Evict:
+    """The core dropped ``worker``: tell it (the protocol's DISCONNECT)."""
+
+    worker: Peer
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class Abort:
+    """``request``, held by ``worker``, was cancelled (NFP DELETE to the worker)."""
+
+    worker: Peer
+    request: Request
+
+
+Output = Accepted | Dispatch | Deliver | Evict | Abort | Catalog
