@@ -16,12 +16,15 @@ import attrs
 import cattrs
 
 from nfgate.errors import ConfigError, DecodeError
+from nfgate.frames import bytes_tuple, check_bytes_tuple
 
 __all__ = [
     "Codec",
     "FrameReader",
     "Message",
     "as_frames",
+    "bytes_tuple",
+    "check_bytes_tuple",
     "ascii_int",
     "printable",
 ]
@@ -246,15 +249,3 @@ class FrameReader:
         """Raise unless every frame was consumed."""
         if self.pos != len(self.frames):
             raise self.error(f"{len(self.frames) - self.pos} unexpected trailing frame(s)")
-
-
-def bytes_tuple(value: Iterable[bytes]) -> tuple[bytes, ...]:
-    """attrs converter: any iterable of frames to a tuple (messages hold tuples)."""
-    return tuple(value)
-
-
-def check_bytes_tuple(_: object, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
-    """attrs validator: every element is ``bytes``."""
-    for item in value:
-        if not isinstance(item, bytes):
-            raise TypeError(f"{attribute.name} must hold bytes, got {type(item).__name__}")

@@ -18,6 +18,8 @@ from typing import Any
 import attrs
 from attrs import validators as v
 
+from nfgate.frames import check_bytes_tuple
+
 __all__ = [
     "Action",
     "Cancel",
@@ -41,12 +43,6 @@ __all__ = [
 
 def _tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value)
-
-
-def _all_bytes(_: object, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
-    for item in value:
-        if not isinstance(item, bytes):
-            raise TypeError(f"{attribute.name} must hold bytes, got {type(item).__name__}")
 
 
 def _nonempty_str(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -163,8 +159,8 @@ class Request:
     service: ServiceRef
     target: Target = ANY
     action: Action | None = None
-    metadata: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=_all_bytes)
-    body: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=_all_bytes)
+    metadata: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)
+    body: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)
     timeout_ms: int | None = attrs.field(default=None, validator=v.optional(v.ge(0)))
     reply_to: Peer
     origin: bytes = attrs.field(default=b"", validator=v.instance_of(bytes))
@@ -176,8 +172,8 @@ class Reply:
 
     id: int = attrs.field(validator=[v.instance_of(int), v.ge(0)])
     status: int = attrs.field(validator=[v.instance_of(int), v.ge(100), v.le(599)])
-    body: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=_all_bytes)
-    metadata: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=_all_bytes)
+    body: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)
+    metadata: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)
     worker: Peer | None = None
     worker_name: str = ""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import attrs
 import msgpack
 
 from nfgate.errors import ConfigError
+from nfgate.frames import bytes_tuple
 
 __all__ = ["JobRecord", "JobState", "JobStore", "StoredResult"]
 
@@ -58,10 +59,6 @@ class JobState(enum.Enum):
 UNFINISHED = (JobState.QUEUED, JobState.DISPATCHED)
 
 
-def _frames(value: Iterable[bytes]) -> tuple[bytes, ...]:
-    return tuple(value)
-
-
 @attrs.frozen(kw_only=True)
 class JobRecord:
     uuid: str
@@ -70,7 +67,7 @@ class JobRecord:
     edge: str
     protocol: str
     client: bytes
-    body: tuple[bytes, ...] = attrs.field(converter=_frames)
+    body: tuple[bytes, ...] = attrs.field(converter=bytes_tuple)
     created_ms: int
     state: JobState = JobState.QUEUED
 
@@ -79,7 +76,7 @@ class JobRecord:
 class StoredResult:
     worker: str
     status: int
-    body: tuple[bytes, ...] = attrs.field(converter=_frames)
+    body: tuple[bytes, ...] = attrs.field(converter=bytes_tuple)
     stored_ms: int
 
 

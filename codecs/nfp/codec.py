@@ -163,7 +163,7 @@ def _decode_mmi(reader: FrameReader, header: bytes) -> Mmi:
     # Request from a client (addressed) or to a worker (routed); reply to a client
     # (addressed) or from a worker (routed). A routed frame 3 is followed by "".
     routed = len(reader.frames) > 4 and reader.frames[4] == b""
-    reply = header == WORKER or (header == BROKER and not routed)
+    reply = _mmi_is_reply(header, routed)
     client = _client(reader) if routed else None
     service = None if routed else _text(reader, reader.take("service name"), "service name")
     target = None if (routed or reply) else _text(reader, reader.take("target"), "target")
@@ -178,6 +178,12 @@ def _decode_mmi(reader: FrameReader, header: bytes) -> Mmi:
         status=status,
         body=_body(reader),
     )
+
+
+def _mmi_is_reply(header: bytes, routed: bool) -> bool:
+    # NorFab's MMI replies come from a worker (routed) or from the broker to a client
+    # (addressed); requests come from a client or go from the broker to a worker (routed).
+    return header == WORKER or (header == BROKER and not routed)
 
 
 def _text(reader: FrameReader, frame: bytes, what: str) -> str:
@@ -280,9 +286,7 @@ def _check_routing(message: _Job | _Result, dialect: str) -> None:
 
 def _check_mmi(message: Mmi) -> None:
     # The decoder tells request from reply by header and layout; refuse what it could not.
-    routed = message.client is not None
-    reply = message.header == WORKER or (message.header == BROKER and not routed)
-    if reply != (message.status is not None):
+    if _mmi_is_reply(message.header, message.client is not None) != (message.status is not None):
         raise EncodeError(
             NAME, "MMI: a status goes exactly on replies (from a worker, or from the broker unrouted)"
         )

@@ -1,0 +1,24 @@
+"""attrs helpers for fields that hold frames, shared by the command model, the codecs
+and the job store: one converter and one validator, so "a tuple of bytes" means the
+same thing everywhere."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+__all__ = ["bytes_tuple", "check_bytes_tuple"]
+
+
+def bytes_tuple(value: Iterable[bytes]) -> tuple[bytes, ...]:
+    """attrs converter: any iterable of frames to a tuple (frozen classes hold tuples)."""
+    return tuple(value)
+
+
+def check_bytes_tuple(_: object, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+    """attrs validator: every element is ``bytes``; raises ``TypeError`` naming the field."""
+    for item in value:
+        if not isinstance(item, bytes):
+            raise TypeError(f"{attribute.name} must hold bytes, got {type(item).__name__}")
