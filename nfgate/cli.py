@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -109,6 +110,59 @@ def _unhex(protocol: str, index: int, text: str) -> bytes:
     except ValueError:
         fail(f"{protocol}: frame {index} is not hex: {text[:40]!r}")
 
+
+@main.command()
+@click.option(
+    "--config",
+    "-c",
+    "config",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="TOML configuration file (see docs/broker.md).",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="Where the job store lives (default: $XDG_DATA_HOME/nfgate).",
+)
+@click.option(
+    "--bind",
+    "binds",
+    multiple=True,
+    metavar="EDGE=URL",
+    help="Bind an edge here instead (repeatable; port 0 picks a free port).",
+)
+@click.option("--no-nfp", "no_nfp", is_flag=True, help="Do not start the NFP edge.")
+@click.option("--no-dcp", "no_dcp", is_flag=True, help="Do not start the DCP edge.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+def serve(
+    config: Path | None,
+    data_dir: Path | None,
+    binds: tuple[str, ...],
+    no_nfp: bool,
+    no_dcp: bool,
+    log_level: str | None,
+) -> None:
+    """Run the translating broker until SIGINT/SIGTERM (then drain and exit 0)."""
+    from nfgate import serve as serving  # the gateway's imports are not needed by the other commands
+
+    pairs = []
+    for value in binds:
+        kind, sep, url = value.partition("=")
+        if not sep or not kind or not url:
+            fail(f"--bind: expected EDGE=URL, got {value!r}")
+        pairs.append((kind, url.replace(":0", ":*") if url.endswith(":0") else url))
+    disabled = [kind for kind, off in (("nfp", no_nfp), ("dcp", no_dcp)) if off]
+    try:
+        serving.serve(config, data_dir, pairs, disabled, log_level)
+    except NfgateError as exc:
+        fail(str(exc))
+
+
+from nfgate.bench.cli import bench  # noqa: E402  (subcommands register after the group exists)
+
+main.add_command(bench)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

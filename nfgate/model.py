@@ -27,6 +27,7 @@ __all__ = [
     "CatalogEntry",
     "Command",
     "Fetch",
+    "Forward",
     "Heartbeat",
     "Lookup",
     "Peer",
@@ -176,6 +177,14 @@ class Reply:
     metadata: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)
     worker: Peer | None = None
     worker_name: str = ""
+    # Non-empty for an interim message that does not end the request: NorFab's 201
+    # ("created"), its EVENT ("event") and STREAM ("stream") chunks. Statuses below 200
+    # are interim too. The core relays interim replies and keeps waiting for the final one.
+    progress: str = attrs.field(default="", validator=v.instance_of(str))
+
+    @property
+    def interim(self) -> bool:
+        return self.status < 200 or bool(self.progress)
 
 
 @attrs.frozen(kw_only=True)
@@ -217,4 +226,17 @@ class Cancel:
     job_id: str = attrs.field(validator=_nonempty_str)
 
 
-Command = Register | Unregister | Heartbeat | Request | Reply | Lookup | Catalog | Fetch | Cancel
+@attrs.frozen(kw_only=True)
+class Forward:
+    """A worker hands the request ``id`` it holds on to another service (DCP chaining:
+    "respond with a request for another service"). The worker is free again, and the
+    final reply still goes to the original client, with the original correlation."""
+
+    worker: Peer
+    id: int = attrs.field(validator=[v.instance_of(int), v.ge(1)])
+    service: ServiceRef
+    metadata: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)
+    body: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)
+
+
+Command = Register | Unregister | Heartbeat | Request | Reply | Lookup | Catalog | Fetch | Cancel | Forward

@@ -248,9 +248,21 @@ class Waitlist:
 class WorkerState:
     """The core's record of one registered worker: what it offers, its slots and what it holds."""
 
-    __slots__ = ("backlog", "base", "capacity", "in_flight", "name", "names", "peer", "services", "timeout")
+    __slots__ = (
+        "backlog",
+        "base",
+        "capacity",
+        "in_flight",
+        "name",
+        "names",
+        "peer",
+        "services",
+        "since",
+        "timeout",
+    )
 
-    def __init__(self, reg: Register, timeout: int) -> None:
+    def __init__(self, reg: Register, timeout: int, since: int = 0) -> None:
+        self.since = since  # now_ms at registration
         self.peer = reg.peer
         self.services = reg.services
         self.names = tuple(dict.fromkeys(s.name for s in reg.services))

@@ -23,6 +23,7 @@ from nfgate.model import (
     CatalogEntry,
     Command,
     Fetch,
+    Forward,
     Heartbeat,
     Lookup,
     Peer,
@@ -59,6 +60,7 @@ from nfgate.routing_types import (
     Evict,
     Output,
     RouterConfig,
+    WorkerInfo,
 )
 
 _COUNTERS: Final = (
@@ -78,6 +80,8 @@ _COUNTERS: Final = (
     "workers_registered",
     "workers_lost",
     "evicted",
+    "forwarded",
+    "unknown_forwards",
 )
 
 
@@ -130,6 +134,8 @@ class Router:
                 self._cancel(command, now_ms, out)
             case Lookup():
                 out.append(self._lookup(command))
+            case Forward():
+                self._forward(command, now_ms, out)
             case Catalog() | Fetch():
                 raise TypeError(f"the routing core does not take {type(command).__name__}")
             case _:  # pragma: no cover - the union is exhaustive; guards against new commands
@@ -459,7 +465,7 @@ class Router:
         self._touch(w, now)
         job = part.job
         reply = cmd if cmd.worker_name or not w.name else attrs.evolve(cmd, worker_name=w.name)
-        if cmd.status < 200:
+        if cmd.interim:
             advance(part, Event.PROGRESS)
             self._stats["progress"] += 1
             out.append(Deliver(reply=reply, request=job.request, remaining=job.open))
@@ -475,6 +481,49 @@ class Router:
         if w.capacity > w.base:
             w.capacity -= 1  # the slot a heartbeat granted is spent
         self._feed(w, now, out)
+
+    def _forward(self, cmd: Forward, now: int, out: list[Output]) -> None:
+        w = self._workers.get(cmd.worker)
+        part = w.in_flight.get(cmd.id) if w is not None else None
+        if w is None or part is None or part.job.request.target.kind is not TargetKind.ANY:
+            # Only a single-part request can move on whole; anything else is unknown here.
+            self._stats["unknown_forwards"] += 1
+            return
+        self._touch(w, now)
+        self._stats["forwarded"] += 1
+        advance(part, Event.REPLY)  # it leaves this worker as if answered
+        del w.in_flight[cmd.id]
+        part.worker = None
+        del self._jobs[cmd.id]
+        if w.capacity > w.base:
+            w.capacity -= 1
+        moved = attrs.evolve(part.job.request, service=cmd.service, metadata=cmd.metadata, body=cmd.body)
+        at = len(out)
+        self._request(moved, now, out)  # same id, client and origin: the reply finds its way home
+        if at < len(out) and isinstance(out[at], Accepted):
+            del out[at]  # the client was told about this request already
+        self._feed(w, now, out)
+
+    def worker_name(self, peer: Peer) -> str:
+        """The name ``peer`` registered with ("" if it is not a registered worker)."""
+        w = self._workers.get(peer)
+        return w.name if w is not None else ""
+
+    def workers(self) -> list[WorkerInfo]:
+        """A snapshot of the registered workers (for the broker's management services)."""
+        return [
+            WorkerInfo(
+                peer=w.peer,
+                name=w.name,
+                services=w.services,
+                in_flight=len(w.in_flight),
+                capacity=w.capacity,
+                since_ms=w.since,
+                timeout_ms=w.timeout,
+                last_seen_ms=self._liveness[w.timeout].get(w.peer, w.since) if w.timeout else w.since,
+            )
+            for w in self._workers.values()
+        ]
 
     def _cancel(self, cmd: Cancel, now: int, out: list[Output]) -> None:
         job = self._jobs.get(int(cmd.job_id)) if cmd.job_id.isdecimal() else None
@@ -529,7 +578,7 @@ class Router:
                 self._feed(w, now, out)
                 return
             self._remove_worker(w, now, out, evict_reason=None)
-        w = WorkerState(cmd, self._cfg.timeout_for(cmd.peer))
+        w = WorkerState(cmd, self._cfg.timeout_for(cmd.peer), since=now)
         self._workers[w.peer] = w
         self._stats["workers_registered"] += 1
         for name in w.names:

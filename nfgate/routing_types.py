@@ -12,7 +12,7 @@ from typing import Final
 import attrs
 from attrs import validators as v
 
-from nfgate.model import Catalog, Peer, Reply, Request
+from nfgate.model import Catalog, Peer, Reply, Request, ServiceRef
 
 STATUS_CANCELLED: Final = 410  # not in model.Status: only the core emits it
 
@@ -110,6 +110,20 @@ class Abort:
 
     worker: Peer
     request: Request
+
+
+@attrs.frozen(kw_only=True)
+class WorkerInfo:
+    """One registered worker as :meth:`nfgate.routing.Router.workers` reports it."""
+
+    peer: Peer
+    name: str
+    services: tuple[ServiceRef, ...]
+    in_flight: int
+    capacity: int
+    since_ms: int
+    last_seen_ms: int
+    timeout_ms: int
 
 
 Output = Accepted | Dispatch | Deliver | Evict | Abort | Catalog

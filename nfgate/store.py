@@ -1,9 +1,11 @@
 """The job store: NFP job records and queued requests in an embedded SQLite database.
 
 design.md "Durability": a request acknowledged to a client (NFP 202, DBP APPROVED) is
-on disk *before* the acknowledgement, so every write method here commits before it
-returns, with ``synchronous=FULL`` in WAL mode. After a crash, :meth:`JobStore.unfinished`
-lists what must be dispatched again, and results already stored are still served to GET.
+on disk *before* the acknowledgement. Outside :meth:`JobStore.begin` every write commits
+before it returns; inside, writes are grouped until :meth:`JobStore.commit`, which the
+caller runs before it sends the acknowledgements (group commit). ``synchronous=FULL`` in
+WAL mode makes a commit durable. After a crash, :meth:`JobStore.unfinished` lists what
+must be dispatched again, and results already stored are still served to GET.
 
 The store never reads a clock: callers pass ``now_ms``.
 """
@@ -99,7 +101,9 @@ class JobStore:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None)
+            # check_same_thread off: the store is used by one thread at a time, but that
+            # thread (the gateway loop) need not be the one that opened it.
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             # FULL: a commit is on disk before we acknowledge the job to the client.
             self._db.execute("PRAGMA synchronous=FULL")
@@ -109,7 +113,22 @@ class JobStore:
             raise ConfigError(f"cannot open the job store {self.path}: {exc}") from None
 
     def close(self) -> None:
+        self.commit()
         self._db.close()
+
+    def begin(self) -> None:
+        """Group the writes that follow into one transaction, until :meth:`commit`.
+
+        The gateway opens one per loop iteration and commits before it sends the
+        acknowledgements of that iteration: one fsync for a batch of jobs, not one each.
+        """
+        if not self._db.in_transaction:
+            self._db.execute("BEGIN")
+
+    def commit(self) -> None:
+        """Make the open transaction durable (no-op when none is open)."""
+        if self._db.in_transaction:
+            self._db.execute("COMMIT")
 
     def add(self, job: JobRecord) -> bool:
         """Store a new job; False if that uuid is already stored (a client's resend)."""

@@ -1,0 +1,172 @@
+"""NFP's per-peer state machine (specs/nfp.md "NFP/Client", "NFP/Worker", "Opening and
+Closing") as a table, and the JSON bodies a broker writes. Pure: no sockets, no clock.
+
+One ROUTER socket serves clients and workers alike; the header frame says which role a
+message speaks for (NFPC01 client, NFPW01 worker). NorFab peers never send OPEN, so a
+client may start with a job and a worker with READY; a NorFab identity that has sent
+client commands may still become a worker (docs/protocols/norfab-wire.md section 6).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from .messages import CLIENT, WORKER
+
+__all__ = [
+    "Action",
+    "PeerState",
+    "TRANSITIONS",
+    "accepted_body",
+    "dumps",
+    "error_body",
+    "failed_result",
+    "keyed_result",
+    "merge",
+    "step",
+]
+
+
+class PeerState(enum.Enum):
+    NEW = "new"  # nothing heard yet, or a worker that disconnected
+    CLIENT = "client"
+    OPENED = "opened"  # a spec worker sent OPEN; READY comes next
+    WORKER = "worker"
+
+
+class Action(enum.Enum):
+    OPEN = "open"  # answer OPEN with OPEN
+    JOB = "job"  # POST: accept, store, 202, route
+    FETCH = "fetch"  # GET: stored results (200), pending (300) or unknown (400)
+    CANCEL = "cancel"  # DELETE
+    INPUT = "input"  # NorFab PUT: client input for a running job, to its worker
+    MMI = "mmi"  # NorFab MMI request (broker services)
+    REGISTER = "register"  # READY
+    HEARTBEAT = "heartbeat"  # KEEPALIVE
+    RESULT = "result"  # RESPONSE / EVENT / STREAM from a worker
+    UNREGISTER = "unregister"  # DISCONNECT from a worker
+    STRANGER = "stranger"  # worker traffic from a peer that is not registered: DISCONNECT it
+    IGNORE = "ignore"  # harmless repeats (a second READY, DISCONNECT from a stranger)
+    UNEXPECTED = "unexpected"  # anything else: counted, and DISCONNECT where the peer is a worker
+
+
+N, C, OP, W = PeerState.NEW, PeerState.CLIENT, PeerState.OPENED, PeerState.WORKER
+_CLIENT_JOBS = {"POST": Action.JOB, "GET": Action.FETCH, "DELETE": Action.CANCEL, "PUT": Action.INPUT}
+_WORKER_RESULTS = ("RESPONSE", "EVENT", "STREAM")
+
+
+def _table() -> dict[tuple[PeerState, bytes, str], tuple[PeerState, Action]]:
+    t: dict[tuple[PeerState, bytes, str], tuple[PeerState, Action]] = {}
+    for state in (N, C, OP, W):
+        after = W if state is W else C  # a worker may also act as a client (NorFab's embedded client)
+        for kind, action in _CLIENT_JOBS.items():
+            t[(state, CLIENT, kind)] = (after, action)
+        t[(state, CLIENT, "MMI")] = (after, Action.MMI)
+        t[(state, CLIENT, "OPEN")] = (after, Action.OPEN)
+        t[(state, WORKER, "READY")] = (W, Action.IGNORE if state is W else Action.REGISTER)
+    t[(N, WORKER, "OPEN")] = (OP, Action.OPEN)
+    t[(C, WORKER, "OPEN")] = (OP, Action.OPEN)
+    t[(W, WORKER, "KEEPALIVE")] = (W, Action.HEARTBEAT)
+    t[(W, WORKER, "DISCONNECT")] = (N, Action.UNREGISTER)
+    for kind in _WORKER_RESULTS:
+        t[(W, WORKER, kind)] = (W, Action.RESULT)
+    for state in (N, C, OP):
+        t[(state, WORKER, "KEEPALIVE")] = (state, Action.STRANGER)
+        t[(state, WORKER, "DISCONNECT")] = (state, Action.IGNORE)
+        for kind in _WORKER_RESULTS:
+            t[(state, WORKER, kind)] = (state, Action.STRANGER)
+    return t
+
+
+TRANSITIONS: Final = _table()
+"""``(state, header, message type) -> (next state, action)``; what is missing is UNEXPECTED."""
+
+
+def step(state: PeerState, header: bytes, message_type: str) -> tuple[PeerState, Action]:
+    """The next state and the broker's action for one message (never raises)."""
+    return TRANSITIONS.get((state, header, message_type), (state, Action.UNEXPECTED))
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def accepted_body(uuid: str, service: str, target: str, workers: Iterable[str]) -> bytes:
+    """The 202 body, in NorFab's shape (its client reads ``workers``)."""
+    names = list(workers)
+    status = "DISPATCHED" if names else "QUEUED"
+    return _dumps({"workers": names, "uuid": uuid, "target": target, "status": status, "service": service})
+
+
+def error_body(uuid: str, service: str, status: str, errors: Iterable[str]) -> bytes:
+    """A broker error body (NorFab's 400 shape: ``status`` text and ``errors`` list)."""
+    return _dumps(
+        {"workers": None, "uuid": uuid, "status": status, "service": service, "errors": list(errors)}
+    )
+
+
+def _json_value(body: tuple[bytes, ...]) -> Any:
+    """A reply body as a JSON value: parsed when it is one JSON frame, else text."""
+    if len(body) == 1:
+        try:
+            return json.loads(body[0])
+        except (ValueError, UnicodeDecodeError):
+            pass
+    return b"".join(body).decode("utf-8", "replace")
+
+
+def keyed_result(name: str, worker_name: str, body: tuple[bytes, ...]) -> dict[str, Any]:
+    """A worker's result as NorFab's client wants it: ``{name: Result}``.
+
+    A NorFab worker's result already is ``{worker_name: Result}``: it is re-keyed to
+    ``name`` (the name the client was told in its 202, which differs after a
+    re-dispatch). Any other body (a DCP or MemoDB worker's bytes) is wrapped in
+    NorFab's ``Result`` fields, the body parsed as JSON when it is JSON.
+    """
+    value = _json_value(body)
+    if isinstance(value, dict) and len(value) == 1 and worker_name in value:
+        return {name: value[worker_name]}
+    return {
+        name: {
+            "result": value,
+            "failed": False,
+            "errors": [],
+            "task": f"{worker_name}:",
+            "messages": [],
+            "juuid": None,
+            "resources": [],
+            "status": "completed",
+        }
+    }
+
+
+def failed_result(name: str, status: int, reason: str) -> dict[str, Any]:
+    """NorFab's form of a failed job for one worker: 200 with ``failed`` set."""
+    return {
+        name: {
+            "result": None,
+            "failed": True,
+            "errors": [f"nfgate: {status} {reason}"],
+            "task": f"{name}:",
+            "messages": [reason],
+            "juuid": None,
+            "resources": [],
+            "status": "failed",
+        }
+    }
+
+
+def merge(results: Iterable[Mapping[str, Any]]) -> bytes:
+    """One body from several ``{worker: Result}`` dicts (a NorFab GET answer)."""
+    merged: dict[str, Any] = {}
+    for item in results:
+        merged.update(item)
+    return _dumps(merged)
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON, as NorFab writes it."""
+    return _dumps(value)

@@ -1,0 +1,218 @@
+"""``nfgate serve`` configuration: embedded defaults, a TOML file, command-line overrides.
+
+Every problem is a :class:`ConfigError` whose message names the key (``edges.nfp.bind``)
+so the CLI can print one line and exit 2. Unknown keys are errors too: a typo must not
+silently fall back to a default.
+
+The file (every table and key optional)::
+
+    [gateway]
+    data_dir = "/var/lib/nfgate"     # job store; default: $XDG_DATA_HOME/nfgate
+    log_level = "info"
+
+    [routing]
+    queue_expiry_ms = 300000         # a request with no worker waits this long, then 408
+    max_redispatch = 3               # re-dispatches after a worker dies, then 500
+    max_queue_per_service = 10000    # beyond it: 503
+    max_in_flight_per_worker = 64
+
+    [limits]
+    max_message_bytes = 67108864     # ZMQ_MAXMSGSIZE
+    max_frames = 64
+    high_water_mark = 100000
+
+    [edges.nfp]                      # one table per edge kind: nfp, dcp
+    enabled = true
+    bind = ["tcp://127.0.0.1:5555"]  # several URLs: one edge each (nfp, nfp-2, ...)
+    heartbeat_ms = 2500              # worker liveness: heartbeat_ms * liveness of silence
+    liveness = 6
+    inventory = "inventory.yaml"     # NFP only: sid.service.broker get_inventory
+    files_root = "/srv/files"        # NFP only: fss.service.broker serves nf:// paths here
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from nfgate.errors import ConfigError
+from nfgate.routing_types import RouterConfig
+from nfgate.transports.zmq import Limits
+
+__all__ = ["DEFAULT_BINDS", "EdgeConfig", "ServeConfig", "default_data_dir", "load"]
+
+DEFAULT_BINDS: Mapping[str, str] = {
+    "nfp": "tcp://127.0.0.1:5555",
+    "dcp": "tcp://127.0.0.1:5556",
+}
+"""design.md "Default endpoints" for the edges this version serves."""
+
+_DEFAULT_LIVENESS = {"nfp": (2500, 6), "dcp": (2500, 3)}
+_EDGE_KEYS = {"enabled", "bind", "heartbeat_ms", "liveness", "inventory", "files_root"}
+_NFP_ONLY = {"inventory", "files_root"}
+_ROUTING_KEYS = {"queue_expiry_ms", "max_redispatch", "max_queue_per_service", "max_in_flight_per_worker"}
+_LIMIT_KEYS = {"max_message_bytes", "max_frames", "high_water_mark"}
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "nfgate"
+
+
+@attrs.frozen(kw_only=True)
+class EdgeConfig:
+    kind: str
+    enabled: bool = True
+    bind: tuple[str, ...] = ()
+    heartbeat_ms: int = 2500
+    liveness: int = 3
+    inventory: Path | None = None
+    files_root: Path | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ServeConfig:
+    data_dir: Path
+    log_level: str = "info"
+    routing: RouterConfig
+    limits: Limits
+    edges: tuple[EdgeConfig, ...]
+
+    def edge(self, kind: str) -> EdgeConfig:
+        return next(e for e in self.edges if e.kind == kind)
+
+
+def _int(table: Mapping[str, Any], key: str, where: str, default: int, minimum: int = 0) -> int:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"config: {where}.{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _table(doc: Mapping[str, Any], key: str, allowed: set[str], where: str = "") -> Mapping[str, Any]:
+    path = f"{where}.{key}" if where else key
+    table = doc.get(key, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"config: {path} must be a table")
+    for name in table:
+        if name not in allowed:
+            raise ConfigError(f"config: unknown key {path}.{name}")
+    return table
+
+
+def _path(table: Mapping[str, Any], key: str, where: str, base: Path) -> Path | None:
+    value = table.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"config: {where}.{key} must be a non-empty path string")
+    return (base / value).expanduser()
+
+
+def _binds(value: object, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(u, str) and u for u in value):
+        raise ConfigError(f"config: {where}.bind must be a URL or a non-empty list of URLs")
+    for url in value:
+        if "://" not in url:
+            raise ConfigError(f"config: {where}.bind: {url!r} is not a URL like tcp://127.0.0.1:5555")
+    return tuple(value)
+
+
+def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
+    where = f"edges.{kind}"
+    if kind != "nfp":
+        for key in _NFP_ONLY & set(table):
+            raise ConfigError(f"config: unknown key {where}.{key} (only edges.nfp has it)")
+    enabled = table.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"config: {where}.enabled must be true or false")
+    interval, liveness = _DEFAULT_LIVENESS[kind]
+    return EdgeConfig(
+        kind=kind,
+        enabled=enabled,
+        bind=_binds(table.get("bind", DEFAULT_BINDS[kind]), where),
+        heartbeat_ms=_int(table, "heartbeat_ms", where, interval),
+        liveness=_int(table, "liveness", where, liveness, minimum=1),
+        inventory=_path(table, "inventory", where, base),
+        files_root=_path(table, "files_root", where, base),
+    )
+
+
+def load(
+    path: Path | None = None,
+    *,
+    data_dir: Path | None = None,
+    binds: Sequence[tuple[str, str]] = (),
+    disabled: Sequence[str] = (),
+    log_level: str | None = None,
+) -> ServeConfig:
+    """Build the configuration: defaults, then the TOML file, then the command line.
+
+    ``binds`` are ``(edge kind, url)`` pairs from ``--bind``; the URLs given for a kind
+    replace that kind's configured list. Raises :class:`ConfigError` naming the key.
+    """
+    doc: dict[str, Any] = {}
+    base = Path.cwd()
+    if path is not None:
+        try:
+            doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config: {path} is not valid TOML: {exc}") from None
+        base = path.parent
+    for key in doc:
+        if key not in ("gateway", "routing", "limits", "edges"):
+            raise ConfigError(f"config: unknown key {key}")
+    gateway = _table(doc, "gateway", {"data_dir", "log_level"})
+    routing = _table(doc, "routing", _ROUTING_KEYS)
+    limits = _table(doc, "limits", _LIMIT_KEYS)
+    edges = _table(doc, "edges", set(DEFAULT_BINDS))
+    level = log_level or gateway.get("log_level", "info")
+    if level not in _LOG_LEVELS:
+        raise ConfigError(f"config: gateway.log_level must be one of {', '.join(_LOG_LEVELS)}, got {level!r}")
+    kinds = []
+    for kind in DEFAULT_BINDS:
+        table = dict(_table(edges, kind, _EDGE_KEYS, "edges"))
+        given = [url for k, url in binds if k == kind]
+        if given:
+            table["bind"] = given
+        if kind in disabled:
+            table["enabled"] = False
+        kinds.append(_edge(kind, table, base))
+    for kind, _ in binds:
+        if kind not in DEFAULT_BINDS:
+            raise ConfigError(f"--bind: unknown edge {kind!r} (known: {', '.join(DEFAULT_BINDS)})")
+    liveness = {e.kind: (e.heartbeat_ms, e.liveness) for e in kinds}
+    rc = RouterConfig()
+    router = RouterConfig(
+        queue_expiry_ms=_int(routing, "queue_expiry_ms", "routing", rc.queue_expiry_ms),
+        max_redispatch=_int(routing, "max_redispatch", "routing", rc.max_redispatch),
+        max_queue_per_service=_int(routing, "max_queue_per_service", "routing", rc.max_queue_per_service, 1),
+        max_in_flight_per_worker=_int(
+            routing, "max_in_flight_per_worker", "routing", rc.max_in_flight_per_worker, 1
+        ),
+        liveness={**dict(rc.liveness), **liveness},
+    )
+    lim = Limits()
+    limit = Limits(
+        max_message_bytes=_int(limits, "max_message_bytes", "limits", lim.max_message_bytes, 1),
+        max_frames=_int(limits, "max_frames", "limits", lim.max_frames, 1),
+        high_water_mark=_int(limits, "high_water_mark", "limits", lim.high_water_mark, 1),
+    )
+    configured = _path(gateway, "data_dir", "gateway", base)
+    return ServeConfig(
+        data_dir=data_dir or configured or default_data_dir(),
+        log_level=level,
+        routing=router,
+        limits=limit,
+        edges=tuple(kinds),
+    )

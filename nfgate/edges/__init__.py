@@ -1,0 +1,161 @@
+"""Edges: one listening socket each, wiring transport + codec + session to the routing core.
+
+An edge turns what arrives on its socket into core commands (:meth:`Edge.receive`), and
+the core's outputs addressed to its peers into frames (:meth:`Edge.emit`). It owns
+nothing but its socket and per-peer protocol state; routing decisions are the core's.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections import Counter
+from collections.abc import Sequence
+
+import zmq
+
+from nfgate.model import Command, Peer
+from nfgate.routing_types import Output
+from nfgate.transports.zmq import Limits, RouterEndpoint
+
+__all__ = ["Edge", "EdgeSettings", "RouterEdge", "peer_label"]
+
+log = logging.getLogger("nfgate.edge")
+
+
+class EdgeSettings:
+    """What every edge is told at construction; protocol edges add their own options."""
+
+    __slots__ = ("context", "limits", "name", "options", "protocol", "url")
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        protocol: str,
+        url: str,
+        context: zmq.Context[zmq.Socket[bytes]],
+        limits: Limits | None = None,
+        options: dict[str, object] | None = None,
+    ) -> None:
+        self.name = name
+        self.protocol = protocol
+        self.url = url
+        self.context = context
+        self.limits = limits or Limits()
+        self.options = options or {}
+
+
+def peer_label(address: bytes) -> str:
+    """A printable name for a transport address: the text when it is printable ASCII
+    (NorFab sets readable identities), else ``id-<hex>`` (libzmq's generated ones)."""
+    if address and all(0x21 <= b < 0x7F for b in address):
+        return address.decode("ascii")
+    return "id-" + address.hex()
+
+
+class Edge(abc.ABC):
+    """Base of the protocol edges. Subclasses set :attr:`protocol` and implement the
+    abstract methods; every method is called from the gateway's one event-loop thread.
+
+    Network input never raises out of :meth:`receive`: a message that does not decode,
+    or breaks the protocol's state machine, is counted (:attr:`counters`), logged at
+    DEBUG (never per message at INFO) and answered with the protocol's error where it
+    has one.
+    """
+
+    protocol: str = ""
+
+    def __init__(self, settings: EdgeSettings) -> None:
+        self.name = settings.name
+        self.url = settings.url
+        self.counters: Counter[str] = Counter()
+
+    # -- wiring -----------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def endpoint(self) -> str:
+        """The bound address (a port of 0 or ``*`` resolved)."""
+
+    @abc.abstractmethod
+    def sockets(self) -> Sequence[zmq.Socket[bytes]]:
+        """Sockets the gateway polls for input on this edge's behalf."""
+
+    def peer(self, address: bytes, sub: bytes = b"") -> Peer:
+        return Peer(edge=self.name, protocol=self.protocol, address=address, sub=sub)
+
+    # -- traffic ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def receive(self, now_ms: int, budget: int) -> list[Command]:
+        """Read at most ``budget`` waiting messages; return the commands for the core."""
+
+    @abc.abstractmethod
+    def emit(self, output: Output, now_ms: int) -> list[Command]:
+        """Carry out one core output addressed to a peer of this edge. May return
+        commands for the core (e.g. a send that failed because the peer is gone)."""
+
+    def flush(self, now_ms: int) -> None:  # noqa: B027 - optional hook
+        """End of one loop iteration: send what was held for a batch (group commit)."""
+
+    def tick(self, now_ms: int) -> list[Command]:
+        """Edge timers (heartbeats to send); returns commands for the core."""
+        return []
+
+    def next_deadline(self) -> int | None:
+        """When :meth:`tick` next has work, or None."""
+        return None
+
+    def recover(self, now_ms: int) -> list[Command]:
+        """Commands that restore this edge's accepted work after a restart."""
+        return []
+
+    def drain(self, now_ms: int) -> None:  # noqa: B027 - optional hook
+        """The gateway is stopping: say goodbye to peers (DISCONNECT) where the protocol has it."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the sockets (linger 0)."""
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.counters)
+
+    def bad_input(self, peer: Peer, what: str, reason: str) -> None:
+        """Count and log one piece of bad network input."""
+        self.counters[what] += 1
+        log.debug("%s: %s from %s: %s", self.name, what, peer_label(peer.address), reason)
+
+
+class RouterEdge(Edge):
+    """An edge on one bound ZeroMQ ROUTER socket.
+
+    Raises :class:`nfgate.errors.TransportError` at construction when the address cannot
+    be bound.
+    """
+
+    def __init__(self, settings: EdgeSettings) -> None:
+        super().__init__(settings)
+        self.transport = RouterEndpoint(settings.context, settings.url, settings.limits)
+
+    @property
+    def endpoint(self) -> str:
+        return self.transport.endpoint
+
+    def sockets(self) -> Sequence[zmq.Socket[bytes]]:
+        return (self.transport.socket,)
+
+    def send(self, address: bytes, frames: list[bytes]) -> bool:
+        """Send to a peer; False (and counted) when it is gone or not reading."""
+        if self.transport.send(address, frames):
+            return True
+        self.counters["unroutable"] += 1
+        return False
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def stats(self) -> dict[str, int]:
+        stats = dict(self.counters)
+        stats["too_many_frames"] = self.transport.oversized
+        return stats

@@ -1,0 +1,256 @@
+"""The DCP broker edge (specs/dcp.md), spec and DagBox dialects per peer.
+
+Wiring only: ROUTER transport + ``nfgate.codecs.dcp`` + the session table in
+``nfgate.codecs.dcp.session``. What the edge keeps per worker is the correlation DCP
+lacks: a REPLY names a client address and metadata, not a request, so the edge
+remembers which request it gave each worker under which client address.
+
+Decisions (docs/protocols/dcp.md, docs/translation.md):
+
+- A request from a client of another edge reaches a DCP worker with a stand-in client
+  address ``nfgate:<core id>`` (ASCII), so the worker's reply, or its hand-on to another
+  service, finds the request again; DCP clients' own addresses are given as they are.
+- A worker's REQUEST whose client address and metadata match a request it holds hands
+  that request on (``Forward``): "complete the work only partially, then respond with a
+  request for another service". Any other worker REQUEST is a new request of its own.
+- DCP has no error message: a request the core fails (queue expiry, no worker left)
+  gets no reply; it is counted (``client_errors_unsent``) and logged at DEBUG. Clients
+  retry, as the spec tells them to.
+- DCP has no DISCONNECT: an evicted worker is forgotten; its next PING gets RECONNECT.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+
+from nfgate.codecs._base import Message
+from nfgate.codecs.dcp import codec as wire
+from nfgate.codecs.dcp.messages import Pong, Reconnect, Registration
+from nfgate.codecs.dcp.messages import Reply as DcpReply
+from nfgate.codecs.dcp.messages import Request as DcpRequest
+from nfgate.codecs.dcp.session import Action, PeerState, step
+from nfgate.edges import EdgeSettings, RouterEdge
+from nfgate.errors import DecodeError, EncodeError
+from nfgate.model import (
+    Command,
+    Forward,
+    Heartbeat,
+    Peer,
+    Register,
+    Reply,
+    Request,
+    ServiceRef,
+    Status,
+    Unregister,
+)
+from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
+
+__all__ = ["DcpEdge"]
+
+log = logging.getLogger("nfgate.edge.dcp")
+
+MAX_PEERS = 100_000  # client dialects remembered; the oldest are forgotten beyond this
+STAND_IN = b"nfgate:"
+
+
+def service_text(name: bytes) -> str:
+    """A DCP service name (any bytes) as the core's str, reversibly."""
+    return name.decode("utf-8", "surrogateescape")
+
+
+def service_bytes(name: str) -> bytes:
+    return name.encode("utf-8", "surrogateescape")
+
+
+class _Worker:
+    __slots__ = ("held", "service")
+
+    def __init__(self, service: bytes) -> None:
+        self.service = service
+        # core id -> (client address given, metadata given): how its REPLY is recognised.
+        self.held: dict[int, tuple[bytes, tuple[bytes, ...]]] = {}
+
+
+class DcpEdge(RouterEdge):
+    protocol = "dcp"
+
+    def __init__(self, settings: EdgeSettings) -> None:
+        super().__init__(settings)
+        self._dialects: OrderedDict[bytes, str] = OrderedDict()
+        self._workers: dict[bytes, _Worker] = {}
+        self._pong: dict[str, list[bytes]] = {d: wire.encode(Pong(), d) for d in wire.DIALECTS}
+        self._reconnect: dict[str, list[bytes]] = {d: wire.encode(Reconnect(), d) for d in wire.DIALECTS}
+
+    # ------------------------------------------------------------------ input
+
+    def receive(self, now_ms: int, budget: int) -> list[Command]:
+        commands: list[Command] = []
+        recv = self.transport.recv
+        for _ in range(budget):
+            got = recv()
+            if got is None:
+                break
+            address, frames = got
+            dialect = wire.detect(frames)
+            try:
+                message = wire.decode(frames, dialect)
+            except DecodeError as exc:
+                self.bad_input(self.peer(address), "undecodable", exc.reason)
+                continue
+            self._remember(address, dialect)
+            self._on_message(address, message, dialect, commands)
+        return commands
+
+    def _remember(self, address: bytes, dialect: str) -> None:
+        dialects = self._dialects
+        if dialects.get(address) != dialect:
+            dialects[address] = dialect
+            if len(dialects) > MAX_PEERS:
+                oldest = next(iter(dialects))
+                if oldest not in self._workers:
+                    del dialects[oldest]
+
+    def _on_message(self, address: bytes, message: Message, dialect: str, out: list[Command]) -> None:
+        worker = self._workers.get(address)
+        state = PeerState.WORKER if worker is not None else PeerState.CLIENT
+        _, action = step(state, message.TYPE)
+        peer = self.peer(address)
+        match action, message:
+            case Action.REQUEST, DcpRequest():
+                out.append(self._request(address, worker, message))
+            case Action.REPLY, DcpReply() if worker is not None:
+                reply = self._reply(peer, worker, message)
+                if reply is not None:
+                    out.append(reply)
+            case Action.HEARTBEAT, _:
+                self.send(address, self._pong[dialect])
+                out.append(Heartbeat(peer=peer))
+            case Action.REGISTER, Registration():
+                if worker is not None and worker.service != message.service:
+                    out.append(Unregister(peer=peer, reason="registered again for another service"))
+                if worker is None or worker.service != message.service:
+                    self._workers[address] = _Worker(message.service)
+                # "the broker will confirm it by responding with the same message"
+                self.send(address, wire.encode(message, dialect))
+                service = ServiceRef(name=service_text(message.service))
+                out.append(Register(peer=peer, services=(service,), capacity=1, name=self._name(address)))
+            case Action.RECONNECT, _:
+                self.counters["reconnects_sent"] += 1
+                self.send(address, self._reconnect[dialect])
+            case _:
+                self.bad_input(peer, "unexpected", message.TYPE)
+
+    @staticmethod
+    def _name(address: bytes) -> str:
+        return "dcp-" + address.hex()
+
+    def _request(self, address: bytes, worker: _Worker | None, msg: DcpRequest) -> Command:
+        service = ServiceRef(name=service_text(msg.service))
+        if worker is not None and msg.client is not None:
+            for core_id, (given, _) in worker.held.items():
+                if given == msg.client:
+                    del worker.held[core_id]
+                    return Forward(
+                        worker=self.peer(address),
+                        id=core_id,
+                        service=service,
+                        metadata=msg.metadata,
+                        body=msg.data,
+                    )
+        client = address if msg.client is None else msg.client
+        return Request(
+            service=service,
+            metadata=msg.metadata,
+            body=msg.data,
+            reply_to=self.peer(client),
+        )
+
+    def _reply(self, peer: Peer, worker: _Worker, msg: DcpReply) -> Reply | None:
+        client = msg.client or b""
+        match = None
+        for core_id, (given, metadata) in worker.held.items():
+            if given == client:
+                match = core_id
+                if metadata == msg.metadata:
+                    break
+        if match is None:
+            self.bad_input(peer, "unknown_reply", "a REPLY for no request this worker holds")
+            return None
+        del worker.held[match]
+        return Reply(id=match, status=Status.OK, body=msg.data, metadata=msg.metadata, worker=peer)
+
+    # ----------------------------------------------------------------- output
+
+    def emit(self, output: Output, now_ms: int) -> list[Command]:
+        if isinstance(output, Dispatch):
+            return self._dispatch(output)
+        if isinstance(output, Deliver):
+            self._deliver(output)
+        elif isinstance(output, Evict | Abort):
+            # No DISCONNECT or cancel in DCP: forget; a later PING gets RECONNECT.
+            worker = self._workers.get(output.worker.address)
+            if worker is not None:
+                if isinstance(output, Evict):
+                    del self._workers[output.worker.address]
+                else:
+                    worker.held.pop(output.request.id, None)
+        elif not isinstance(output, Accepted):
+            self.counters["unexpected_output"] += 1
+        return []
+
+    def _dispatch(self, out: Dispatch) -> list[Command]:
+        request, address = out.request, out.worker.address
+        worker = self._workers.get(address)
+        if worker is None:  # the core has a worker this edge forgot: reconcile
+            return [Unregister(peer=out.worker, reason="unknown to the DCP edge")]
+        client = request.reply_to
+        given = client.address if client.edge == self.name else STAND_IN + str(request.id).encode()
+        worker.held[request.id] = (given, request.metadata)
+        message = DcpRequest(
+            service=service_bytes(request.service.name),
+            client=given,
+            metadata=request.metadata,
+            data=request.body,
+        )
+        try:
+            frames = wire.encode(message, self._dialects.get(address, "spec"))
+        except EncodeError as exc:
+            # e.g. an empty data part for a DagBox worker: it could not read it.
+            del worker.held[request.id]
+            self.counters["unencodable"] += 1
+            log.debug("%s: cannot send request %d: %s", self.name, request.id, exc.reason)
+            return [Reply(id=request.id, status=Status.ERROR, worker=out.worker)]
+        if not self.send(address, frames):
+            del self._workers[address]
+            return [Unregister(peer=out.worker, reason="socket gone")]
+        return []
+
+    def _deliver(self, out: Deliver) -> None:
+        reply = out.reply
+        if reply.interim:
+            return  # DCP has one reply per request: NorFab's 201/EVENT are not for DCP clients
+        if out.reason:
+            self.counters["client_errors_unsent"] += 1
+            log.debug(
+                "%s: request %d failed (%d %s); DCP has no error reply",
+                self.name,
+                reply.id,
+                reply.status,
+                out.reason,
+            )
+            return
+        address = out.client.address
+        dialect = self._dialects.get(address, "spec")
+        message = DcpReply(
+            client=address if dialect == "dagbox" else None,
+            metadata=reply.metadata or out.request.metadata,
+            data=reply.body,
+        )
+        try:
+            frames = wire.encode(message, dialect)
+        except EncodeError as exc:
+            self.counters["unencodable"] += 1
+            log.debug("%s: cannot deliver reply %d: %s", self.name, reply.id, exc.reason)
+            return
+        self.send(address, frames)

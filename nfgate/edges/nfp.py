@@ -1,0 +1,337 @@
+"""The NFP broker edge (specs/nfp.md), spec and NorFab 0.25 dialects per peer.
+
+Wiring: ROUTER transport + ``nfgate.codecs.nfp`` + the session table in
+``nfgate.codecs.nfp.session``; job records (the client side) are in
+:mod:`nfgate.edges.nfp_jobs`, the broker's own services in :mod:`nfgate.edges.nfp_services`.
+This module keeps the worker side: registration, keepalives both ways, dispatch, results.
+
+- The dialect is detected from every message's command frame, and a peer is answered in
+  the dialect it last spoke (design.md).
+- A worker's name is its ZeroMQ identity (NorFab's rule; the spec names none).
+- NorFab workers answer a POST with 201 and EVENTs, and give the result only to a GET:
+  on their ``result_ready`` EVENT the edge sends that GET itself, so a worker's result
+  reaches clients of every protocol without them knowing NorFab's flow.
+- The broker sends KEEPALIVE to every worker each heartbeat interval (NorFab workers
+  reconnect after 6 silent intervals), and DISCONNECT to a worker it evicts or does not
+  know (a NorFab worker answers it with READY, which is how workers come back after a
+  gateway restart).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid as uuidlib
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from nfgate.codecs._base import Message
+from nfgate.codecs.nfp import codec as wire
+from nfgate.codecs.nfp.messages import (
+    BROKER,
+    Delete,
+    Disconnect,
+    Event,
+    Get,
+    Keepalive,
+    Mmi,
+    Open,
+    Post,
+    Put,
+    Ready,
+    Response,
+    Stream,
+)
+from nfgate.codecs.nfp.session import Action, PeerState, step
+from nfgate.edges import EdgeSettings, RouterEdge, peer_label
+from nfgate.edges.nfp_jobs import NfpJobs
+from nfgate.edges.nfp_services import NfpOptions, NfpServices
+from nfgate.errors import DecodeError, EncodeError
+from nfgate.model import Command, Heartbeat, Peer, Register, Reply, Request, ServiceRef, Unregister
+from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
+from nfgate.store import JobStore
+
+if TYPE_CHECKING:
+    from nfgate.gateway import Gateway
+
+__all__ = ["NfpEdge", "NfpOptions"]
+
+log = logging.getLogger("nfgate.edge.nfp")
+
+MAX_PEERS = 100_000  # client records kept; the oldest non-workers are forgotten beyond it
+_PROGRESS = {201: "created", 202: "created", 300: "pending"}
+
+
+class _Peer:
+    __slots__ = ("dialect", "held", "service", "state")
+
+    def __init__(self, dialect: str) -> None:
+        self.dialect = dialect
+        self.state = PeerState.NEW
+        self.service = ""
+        # uuid sent -> (core id, request): how a worker's RESPONSE finds its request.
+        self.held: dict[str, tuple[int, Request]] = {}
+
+
+class NfpEdge(RouterEdge):
+    protocol = "nfp"
+
+    def __init__(self, settings: EdgeSettings, *, store: JobStore, options: NfpOptions | None = None) -> None:
+        super().__init__(settings)
+        self._peers: OrderedDict[bytes, _Peer] = OrderedDict()
+        self._workers: dict[bytes, _Peer] = {}
+        self.jobs = NfpJobs(self, store)
+        self.services = NfpServices(self, options or NfpOptions())
+        self._gateway: Gateway | None = None
+        interval, _ = settings.options.get("heartbeat", (2500, 6))  # type: ignore[misc]
+        self._interval: int = interval
+        self._next_keepalive: int | None = None
+
+    def attach(self, gateway: Gateway) -> None:
+        """The gateway this edge runs in (for management services and worker names)."""
+        self._gateway = gateway
+
+    @property
+    def gateway(self) -> Gateway | None:
+        return self._gateway
+
+    # ------------------------------------------------------------------ helpers
+
+    def label(self, peer: Peer) -> str:
+        return peer_label(peer.address) if peer.protocol == "nfp" else f"{peer.protocol}-{peer.address.hex()}"
+
+    def names(self, peers: Iterable[Peer]) -> list[str]:
+        router = self._gateway.router if self._gateway is not None else None
+        return [(router.worker_name(p) if router else "") or self.label(p) for p in peers]
+
+    def encode(self, message: Message, dialect: str) -> list[bytes] | None:
+        try:
+            return wire.encode(message, dialect)
+        except EncodeError as exc:
+            self.counters["unencodable"] += 1
+            log.debug("%s: cannot encode %s for a %s peer: %s", self.name, message.TYPE, dialect, exc.reason)
+            return None
+
+    def _send_message(self, address: bytes, message: Message, dialect: str) -> bool:
+        frames = self.encode(message, dialect)
+        return frames is not None and self.send(address, frames)
+
+    # ------------------------------------------------------------------ input
+
+    def receive(self, now_ms: int, budget: int) -> list[Command]:
+        commands: list[Command] = []
+        recv = self.transport.recv
+        for _ in range(budget):
+            got = recv()
+            if got is None:
+                break
+            address, frames = got
+            dialect = wire.detect(frames)
+            try:
+                message = wire.decode(frames, dialect)
+            except DecodeError as exc:
+                self.bad_input(self.peer(address), "undecodable", exc.reason)
+                continue
+            self._on_message(address, message, dialect, commands)
+        return commands
+
+    def _record(self, address: bytes, dialect: str) -> _Peer:
+        p = self._peers.get(address)
+        if p is None:
+            p = self._peers[address] = _Peer(dialect)
+            if len(self._peers) > MAX_PEERS:
+                oldest, old = next(iter(self._peers.items()))
+                if old.state is not PeerState.WORKER:
+                    del self._peers[oldest]
+        p.dialect = dialect
+        return p
+
+    def _on_message(self, address: bytes, message: Message, dialect: str, out: list[Command]) -> None:
+        p = self._record(address, dialect)
+        header: bytes = getattr(message, "header", b"")
+        p.state, action = step(p.state, header, message.TYPE)
+        peer = self.peer(address)
+        match action, message:
+            case Action.JOB, Post() if not message.routed:
+                out.extend(self.jobs.post(peer, dialect, message))
+            case Action.FETCH, Get() if not message.routed:
+                self.jobs.get(peer, dialect, message)
+            case Action.CANCEL, Delete() if not message.routed:
+                out.extend(self.jobs.delete(peer, dialect, message))
+            case Action.INPUT, Put() if not message.routed:
+                self.jobs.put(peer, dialect, message)
+            case Action.MMI, Mmi() if message.status is None and message.client is None:
+                self.services.mmi(peer, dialect, message)
+            case Action.OPEN, Open():
+                self._send_message(address, Open(header=BROKER), dialect)
+            case Action.REGISTER, Ready():
+                p.service = message.service
+                self._workers[address] = p
+                out.append(
+                    Register(
+                        peer=peer, services=(ServiceRef(name=message.service),), name=peer_label(address)
+                    )
+                )
+            case Action.HEARTBEAT, _:
+                out.append(Heartbeat(peer=peer))
+            case Action.RESULT, Response() | Event() | Stream():
+                reply = self._result(address, p, message, dialect)
+                if reply is not None:
+                    out.append(reply)
+            case Action.UNREGISTER, _:
+                self._forget_worker(address, p)
+                out.append(Unregister(peer=peer, reason="worker sent DISCONNECT"))
+            case Action.STRANGER, _:
+                self.counters["strangers"] += 1
+                self._disconnect(address, p, "unregistered")
+            case Action.IGNORE, _:
+                self.counters["ignored"] += 1
+            case _:
+                self.bad_input(peer, "unexpected", f"{message.TYPE} from a {p.state.value} peer")
+
+    def _forget_worker(self, address: bytes, p: _Peer) -> None:
+        self._workers.pop(address, None)
+        p.state = PeerState.NEW
+        p.held.clear()
+
+    def _disconnect(self, address: bytes, p: _Peer, reason: str) -> None:
+        body = None if p.dialect == "norfab" else reason.encode()
+        self._send_message(address, Disconnect(header=BROKER, service=p.service or "-", body=body), p.dialect)
+
+    def _result(self, address: bytes, p: _Peer, msg: Response | Event | Stream, dialect: str) -> Reply | None:
+        entry = p.held.get(msg.uuid)
+        if entry is None:
+            self.bad_input(self.peer(address), "unknown_result", f"{msg.TYPE} for uuid {msg.uuid[:40]!r}")
+            return None
+        core_id = entry[0]
+        if isinstance(msg, Event):
+            progress = "event"
+            if dialect == "norfab" and b'"result_ready"' in msg.body[0]:
+                # The result is saved on the worker; NorFab hands it out only to a GET.
+                self._send_message(
+                    address,
+                    Get(header=BROKER, client=msg.client or b"nfgate", uuid=msg.uuid, body=(b"{}",)),
+                    dialect,
+                )
+        elif isinstance(msg, Stream):
+            progress = "stream"
+        else:
+            progress = _PROGRESS.get(msg.status, "")
+            if not progress and msg.status >= 200:
+                del p.held[msg.uuid]
+        return Reply(
+            id=core_id, status=msg.status, body=msg.body, worker=self.peer(address), progress=progress
+        )
+
+    # ------------------------------------------------------------------ output
+
+    def emit(self, output: Output, now_ms: int) -> list[Command]:
+        match output:
+            case Dispatch():
+                return self._dispatch(output)
+            case Deliver():
+                self.jobs.deliver(output)
+            case Accepted():
+                return self.jobs.accepted(output)
+            case Evict():
+                p = self._workers.get(output.worker.address)
+                if p is not None:
+                    self._disconnect(output.worker.address, p, output.reason)
+                    self._forget_worker(output.worker.address, p)
+            case Abort():
+                self._abort(output)
+            case _:
+                self.counters["unexpected_output"] += 1
+        return []
+
+    def _client_token(self, request: Request) -> bytes:
+        # NorFab workers keep the client address as UTF-8 text and send it back.
+        label = peer_label(request.reply_to.address) if request.reply_to.edge == self.name else ""
+        return (label or f"nfgate-{request.id}").encode()
+
+    def _dispatch(self, out: Dispatch) -> list[Command]:
+        address, request = out.worker.address, out.request
+        p = self._workers.get(address)
+        if p is None:
+            return [Unregister(peer=out.worker, reason="unknown to the NFP edge")]
+        uuid = request.origin.decode("ascii", "replace") if request.reply_to.edge == self.name else ""
+        if not uuid or not uuid.isprintable() or uuid in p.held:
+            uuid = uuidlib.uuid4().hex
+        p.held[uuid] = (request.id, request)
+        body = request.body or (b"",)
+        if p.dialect == "norfab":
+            message = Post(header=BROKER, client=self._client_token(request), uuid=uuid, body=body)
+        else:
+            message = Post(header=BROKER, service=request.service.name, target="any", uuid=uuid, body=body)
+        if not self._send_message(address, message, p.dialect):
+            self._forget_worker(address, p)
+            return [Unregister(peer=out.worker, reason="socket gone")]
+        return []
+
+    def _abort(self, out: Abort) -> None:
+        p = self._workers.get(out.worker.address)
+        if p is None:
+            return
+        for uuid, (core_id, request) in list(p.held.items()):
+            if core_id == out.request.id:
+                del p.held[uuid]
+                if p.dialect == "norfab":
+                    message = Delete(
+                        header=BROKER, client=self._client_token(request), uuid=uuid, body=(b"{}",)
+                    )
+                else:
+                    message = Delete(
+                        header=BROKER, service=request.service.name, target="any", uuid=uuid, body=(b"",)
+                    )
+                self._send_message(out.worker.address, message, p.dialect)
+
+    def relay_input(self, core_id: int, msg: Put) -> bool:
+        """Send a NorFab client's PUT to the workers of this edge that hold its job."""
+        sent = False
+        for address, p in self._workers.items():
+            for uuid, (held_id, request) in p.held.items():
+                if held_id == core_id:
+                    put = Put(header=BROKER, client=self._client_token(request), uuid=uuid, body=msg.body)
+                    sent = self._send_message(address, put, p.dialect) or sent
+        return sent
+
+    # ------------------------------------------------------------------ timers
+
+    def tick(self, now_ms: int) -> list[Command]:
+        if self._interval <= 0:
+            return []
+        self._next_keepalive = now_ms + self._interval
+        cache: dict[tuple[str, str], list[bytes] | None] = {}
+        for address, p in self._workers.items():
+            key = (p.dialect, p.service)
+            if key not in cache:
+                cache[key] = self.encode(Keepalive(header=BROKER, service=p.service), p.dialect)
+            frames = cache[key]
+            if frames is not None:
+                self.send(address, frames)
+        return []
+
+    def next_deadline(self) -> int | None:
+        if not self._workers or self._interval <= 0:
+            self._next_keepalive = None
+            return None
+        if self._next_keepalive is None:
+            return 0  # the first tick sets the schedule
+        return self._next_keepalive
+
+    def flush(self, now_ms: int) -> None:
+        self.jobs.flush()
+
+    def recover(self, now_ms: int) -> list[Command]:
+        return self.jobs.recover()
+
+    def drain(self, now_ms: int) -> None:
+        self.jobs.flush()
+        for address, p in list(self._workers.items()):
+            self._disconnect(address, p, "broker shutting down")
+
+    def stats(self) -> dict[str, int]:
+        stats = super().stats()
+        stats["workers"] = len(self._workers)
+        stats["jobs_live"] = self.jobs.live
+        return stats

@@ -1,0 +1,376 @@
+"""NFP job records on the client side of the NFP edge: POST, GET, DELETE, PUT.
+
+design.md "Translation rules" and "Durability":
+
+- A POST becomes a core :class:`Request`; once the core accepted it (``Accepted``) the
+  job is written to the job store and its 202 is *held*. Everything this module sends to
+  clients goes through one outbox that :meth:`NfpJobs.flush` sends after the store's
+  commit, so a 202 never leaves before its job is on disk, and replies keep their order.
+- Each worker's final reply is relayed to the client (the spec: "Broker relays RESPONSE
+  message to client") and kept; GET answers from the store: 200 with the results, 300
+  while none is in, 400 for an unknown uuid.
+- NorFab clients get NorFab's flow: the 202 lists worker names, results come as
+  ``{name: Result}`` (bodies from other protocols wrapped; see
+  ``nfgate.codecs.nfp.session.keyed_result``), a failed part is 200 with
+  ``"failed": true``, and 201/EVENT/STREAM from NorFab workers are relayed as they come.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from nfgate.codecs.nfp import session as nfpjson
+from nfgate.codecs.nfp.messages import BROKER, Delete, Event, Get, Post, Put, Response, Stream
+from nfgate.codecs.nfp.targets import parse_target
+from nfgate.errors import DecodeError
+from nfgate.model import Cancel, Command, Peer, Request, ServiceRef, Status, Target, TargetKind
+from nfgate.routing_types import STATUS_CANCELLED, Accepted, Deliver
+from nfgate.store import JobRecord, JobState, JobStore
+
+if TYPE_CHECKING:
+    from nfgate.edges.nfp import NfpEdge
+
+__all__ = ["NfpJobs", "nfp_status"]
+
+log = logging.getLogger("nfgate.edge.nfp")
+
+# The NFP spec's status list has no 503/504 ("MAY NOT use status codes not defined"):
+# a worker timeout is 408 (design.md), a full queue an internal error.
+_SPEC_STATUS = {Status.GATEWAY_TIMEOUT: Status.REQUEST_TIMEOUT, Status.UNAVAILABLE: Status.ERROR}
+_INTERIM_CLASS: dict[str, type[Response] | type[Event] | type[Stream]] = {
+    "event": Event,
+    "stream": Stream,
+}
+
+
+def nfp_status(status: int) -> int:
+    return int(_SPEC_STATUS.get(status, status))  # type: ignore[call-overload]
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def to_target(parsed: str | tuple[str, ...]) -> Target:
+    if parsed == "any":
+        return Target(kind=TargetKind.ANY)
+    if parsed == "all":
+        return Target(kind=TargetKind.ALL)
+    return Target(kind=TargetKind.NAMED, names=tuple(parsed))
+
+
+class _Job:
+    __slots__ = (
+        "announced",
+        "answered",
+        "client",
+        "core_id",
+        "dialect",
+        "recovered",
+        "service",
+        "target",
+        "uuid",
+    )
+
+    def __init__(self, *, uuid: str, client: bytes, dialect: str, service: str, target: str) -> None:
+        self.uuid = uuid
+        self.client = client
+        self.dialect = dialect
+        self.service = service
+        self.target = target
+        self.core_id = 0
+        self.announced: list[str] = []  # worker names the client was told (NorFab's 202)
+        self.answered: set[str] = set()
+        self.recovered = False
+
+
+class NfpJobs:
+    """The job records of one NFP edge (see the module docstring)."""
+
+    def __init__(self, edge: NfpEdge, store: JobStore, clock: Callable[[], int] = wall_ms) -> None:
+        self._edge = edge
+        self._store = store
+        self._clock = clock
+        self._live: dict[int, _Job] = {}
+        self._by_uuid: dict[str, _Job] = {}
+        self._outbox: list[tuple[bytes, list[bytes]]] = []
+
+    @property
+    def live(self) -> int:
+        return len(self._live)
+
+    # ------------------------------------------------------------ client input
+
+    def post(self, peer: Peer, dialect: str, msg: Post) -> list[Command]:
+        uuid, service = msg.uuid, msg.service or ""
+        if self._edge.services.owns(service):
+            self._edge.services.post(peer, dialect, msg)
+            return []
+        try:
+            target = to_target(parse_target(msg.target or ""))
+        except DecodeError as exc:
+            self._error(peer.address, dialect, service, uuid, Status.UNKNOWN, exc.reason)
+            return []
+        known = self._by_uuid.get(uuid)
+        if known is not None:
+            if known.client == peer.address:  # a resend (REQ retry): answer again, route once
+                self._ack(known, known.announced)
+            else:
+                self._error(peer.address, dialect, service, uuid, Status.UNKNOWN, "job uuid already in use")
+            return []
+        job = _Job(uuid=uuid, client=peer.address, dialect=dialect, service=service, target=msg.target or "")
+        self._by_uuid[uuid] = job
+        return [
+            Request(
+                service=ServiceRef(name=service),
+                target=target,
+                body=msg.body,
+                reply_to=peer,
+                origin=uuid.encode(),
+            )
+        ]
+
+    def get(self, peer: Peer, dialect: str, msg: Get) -> None:
+        uuid, service = msg.uuid, msg.service or ""
+        job = self._by_uuid.get(uuid)
+        record = None if job is not None else self._store.get(uuid)
+        if job is None and record is None:
+            self._error(peer.address, dialect, service, uuid, Status.UNKNOWN, "unknown job uuid")
+            return
+        results = self._store.results(uuid)
+        try:
+            wanted = parse_target(msg.target or "")
+        except DecodeError:
+            wanted = "all"
+        if isinstance(wanted, tuple):
+            results = [r for r in results if r.worker in wanted]
+        if not results:
+            state = "PENDING" if job is not None else (record.state.value.upper() if record else "")
+            body = nfpjson.dumps({"uuid": uuid, "service": service, "status": state})
+            self._send(
+                peer.address,
+                dialect,
+                Response(header=BROKER, service=service, uuid=uuid, status=Status.PENDING, body=(body,)),
+            )
+            return
+        if dialect == "norfab":
+            merged = nfpjson.merge(self._as_dict(r.body) for r in results)
+            self._send(
+                peer.address,
+                dialect,
+                Response(header=BROKER, service=service, uuid=uuid, status=Status.OK, body=(merged,)),
+            )
+            return
+        for r in results:
+            self._send(
+                peer.address,
+                dialect,
+                Response(header=BROKER, service=service, uuid=uuid, status=r.status, body=r.body or (b"",)),
+            )
+
+    @staticmethod
+    def _as_dict(body: tuple[bytes, ...]) -> dict[str, Any]:
+        try:
+            value = json.loads(body[0]) if len(body) == 1 else None
+        except (ValueError, UnicodeDecodeError):
+            value = None
+        return value if isinstance(value, dict) else {}
+
+    def delete(self, peer: Peer, dialect: str, msg: Delete) -> list[Command]:
+        uuid, service = msg.uuid, msg.service or ""
+        job = self._by_uuid.get(uuid)
+        if job is None or job.client != peer.address or not job.core_id:
+            self._error(peer.address, dialect, service, uuid, Status.UNKNOWN, "no running job with that uuid")
+            return []
+        body = nfpjson.dumps({"uuid": uuid, "service": service, "status": "CANCELLED"})
+        self._send(
+            peer.address,
+            dialect,
+            Response(header=BROKER, service=service, uuid=uuid, status=Status.OK, body=(body,)),
+        )
+        return [Cancel(peer=peer, job_id=str(job.core_id))]
+
+    def put(self, peer: Peer, dialect: str, msg: Put) -> None:
+        job = self._by_uuid.get(msg.uuid)
+        if job is None or job.client != peer.address or not self._edge.relay_input(job.core_id, msg):
+            self.count("input_for_unknown_job")
+
+    # ------------------------------------------------------------ core output
+
+    def accepted(self, out: Accepted) -> list[Command]:
+        request = out.request
+        uuid = request.origin.decode()
+        job = self._by_uuid.get(uuid)
+        if job is None:
+            self.count("accepted_unknown")
+            return []
+        job.core_id = request.id
+        self._live[request.id] = job
+        names = self._edge.names(out.workers)
+        if request.target.kind is TargetKind.NAMED:
+            names = list(dict.fromkeys([*names, *request.target.names]))
+        if job.recovered:
+            return []
+        self._store.begin()
+        added = self._store.add(
+            JobRecord(
+                uuid=uuid,
+                service=job.service,
+                target=job.target,
+                edge=self._edge.name,
+                protocol=f"nfp/{job.dialect}",
+                client=job.client,
+                body=request.body,
+                created_ms=self._clock(),
+                state=JobState.DISPATCHED if out.workers else JobState.QUEUED,
+            )
+        )
+        if not added:  # a uuid some earlier job used: refuse it, undo the routing
+            del self._live[request.id]
+            del self._by_uuid[uuid]
+            self._error(job.client, job.dialect, job.service, uuid, Status.UNKNOWN, "job uuid already used")
+            return [Cancel(peer=request.reply_to, job_id=str(request.id))]
+        self._ack(job, names)
+        return []
+
+    def _ack(self, job: _Job, names: list[str]) -> None:
+        job.announced = names
+        body = nfpjson.accepted_body(job.uuid, job.service, job.target, names)
+        self._send(
+            job.client,
+            job.dialect,
+            Response(header=BROKER, service=job.service, uuid=job.uuid, status=Status.ACCEPTED, body=(body,)),
+        )
+
+    def deliver(self, out: Deliver) -> None:
+        reply = out.reply
+        job = self._live.get(reply.id)
+        if job is None:
+            self.count("deliver_unknown")
+            return
+        name = reply.worker_name or (self._edge.label(reply.worker) if reply.worker else "")
+        if reply.interim:
+            self._interim(job, reply.status, reply.progress, reply.body)
+            return
+        if out.reason:
+            status, body = self._failure(job, name, reply.status, out.reason)
+        elif job.dialect == "norfab":
+            key = self._key(job, name)
+            status, body = reply.status, (nfpjson.dumps(nfpjson.keyed_result(key, name, reply.body)),)
+            name = key
+        else:
+            status, body = reply.status, reply.body or (b"",)
+        self._store.begin()
+        if status != STATUS_CANCELLED:
+            self._store.add_result(job.uuid, name, status, body, self._clock())
+            self._send(
+                job.client,
+                job.dialect,
+                Response(header=BROKER, service=job.service, uuid=job.uuid, status=status, body=body),
+            )
+        if out.final:
+            state = (
+                JobState.CANCELLED
+                if status == STATUS_CANCELLED
+                else (JobState.FAILED if out.reason else JobState.DONE)
+            )
+            self._store.set_state(job.uuid, state)
+            del self._live[reply.id]
+            self._by_uuid.pop(job.uuid, None)
+
+    def _key(self, job: _Job, name: str) -> str:
+        """The name a NorFab client expects this result under (see keyed_result)."""
+        if not job.announced:  # queued at POST time: tell the client who serves it now
+            self._ack(job, [name])
+        if name in job.announced:
+            job.answered.add(name)
+            return name
+        for announced in job.announced:  # re-dispatched: answer for the worker it was told
+            if announced not in job.answered:
+                job.answered.add(announced)
+                return announced
+        return name
+
+    def _failure(self, job: _Job, name: str, status: int, reason: str) -> tuple[int, tuple[bytes, ...]]:
+        if status == STATUS_CANCELLED:
+            return status, ()
+        if job.dialect == "norfab" and (name or job.announced):
+            # NorFab's own convention: a failed job is 200 with "failed": true.
+            key = self._key(job, name) if name else job.announced[0]
+            return Status.OK, (nfpjson.dumps(nfpjson.failed_result(key, status, reason)),)
+        code = nfp_status(status)
+        return code, (nfpjson.error_body(job.uuid, job.service, "FAILED", [reason]),)
+
+    def _interim(self, job: _Job, status: int, progress: str, body: tuple[bytes, ...]) -> None:
+        if job.dialect != "norfab":
+            return  # 201, EVENT and STREAM are NorFab's; the spec has none of them
+        cls = _INTERIM_CLASS.get(progress, Response)
+        self._send(
+            job.client,
+            job.dialect,
+            cls(header=BROKER, service=job.service, uuid=job.uuid, status=status, body=body or (b"",)),
+        )
+
+    # ------------------------------------------------------------ restart
+
+    def recover(self) -> list[Command]:
+        """Requests for the jobs this edge had accepted before a restart."""
+        commands: list[Command] = []
+        for rec in self._store.unfinished():
+            if rec.edge != self._edge.name:
+                continue
+            dialect = rec.protocol.partition("/")[2] or "spec"
+            job = _Job(
+                uuid=rec.uuid, client=rec.client, dialect=dialect, service=rec.service, target=rec.target
+            )
+            job.recovered = True
+            try:
+                target = to_target(parse_target(rec.target))
+            except DecodeError:
+                target = Target()
+            self._by_uuid[rec.uuid] = job
+            commands.append(
+                Request(
+                    service=ServiceRef(name=rec.service),
+                    target=target,
+                    body=rec.body,
+                    reply_to=self._edge.peer(rec.client),
+                    origin=rec.uuid.encode(),
+                )
+            )
+        if commands:
+            log.info("%s: %d stored job(s) dispatched again", self._edge.name, len(commands))
+        return commands
+
+    # ------------------------------------------------------------ sending
+
+    def _error(self, address: bytes, dialect: str, service: str, uuid: str, status: int, reason: str) -> None:
+        self.count("client_errors")
+        body = nfpjson.error_body(uuid, service, "FAILED", [reason])
+        self._send(
+            address,
+            dialect,
+            Response(header=BROKER, service=service or "-", uuid=uuid or "-", status=status, body=(body,)),
+        )
+
+    def _send(self, address: bytes, dialect: str, message: Response | Event | Stream) -> None:
+        frames = self._edge.encode(message, dialect)
+        if frames is not None:
+            self._outbox.append((address, frames))
+
+    def flush(self) -> None:
+        """Commit the batch's job records, then send what was held for them."""
+        if not self._outbox:
+            self._store.commit()
+            return
+        self._store.commit()
+        outbox, self._outbox = self._outbox, []
+        for address, frames in outbox:
+            self._edge.send(address, frames)
+
+    def count(self, what: str) -> None:
+        self._edge.counters[what] += 1

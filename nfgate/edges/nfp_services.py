@@ -1,0 +1,167 @@
+"""The services an NFP broker answers itself: ``mmi.service.broker`` (management),
+``sid.service.broker`` (worker inventory) and ``fss.service.broker`` (files).
+
+The logic is in :mod:`nfgate.brokersvc` (pure); this module parses the request body,
+fills in the broker's view of itself, sends the reply in the client's dialect and carries
+out management actions (shutdown, restart, disconnect) after replying.
+
+A request reaches these services as NorFab's MMI command (answered twice, as NorFab's
+broker does: a RESPONSE, then an MMI copy, which is the one NorFab's ``mmi()`` reads) or
+as a plain POST (answered with one RESPONSE: the spec's way, "mmi.service.broker" being
+an ordinary service name there).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from nfgate import __version__
+from nfgate.brokersvc import fss, mmi, sid
+from nfgate.codecs.nfp import session as nfpjson
+from nfgate.codecs.nfp.messages import BROKER, Mmi, Post, Response
+from nfgate.edges import peer_label
+from nfgate.model import Peer, Status
+
+if TYPE_CHECKING:
+    from nfgate.edges.nfp import NfpEdge
+
+__all__ = ["BROKER_SERVICES", "NfpOptions", "NfpServices"]
+
+log = logging.getLogger("nfgate.edge.nfp")
+
+MMI, SID, FSS = "mmi.service.broker", "sid.service.broker", "fss.service.broker"
+BROKER_SERVICES = frozenset({MMI, SID, FSS})
+
+
+@attrs.frozen(kw_only=True)
+class NfpOptions:
+    inventory: sid.Inventory | None = None
+    inventory_path: Path | None = None
+    files: fss.FileRoot | None = None
+
+    @classmethod
+    def load(cls, inventory: Path | None, files_root: Path | None) -> NfpOptions:
+        """Read the inventory and check the files root; raises :class:`ConfigError`."""
+        return cls(
+            inventory=sid.load_inventory(inventory) if inventory is not None else None,
+            inventory_path=inventory,
+            files=fss.FileRoot(files_root) if files_root is not None else None,
+        )
+
+
+class NfpServices:
+    def __init__(self, edge: NfpEdge, options: NfpOptions) -> None:
+        self._edge = edge
+        self._options = options
+        self._started = time.time()
+        self._clients: dict[bytes, float] = {}
+
+    @staticmethod
+    def owns(service: str) -> bool:
+        return service in BROKER_SERVICES
+
+    def mmi(self, peer: Peer, dialect: str, msg: Mmi) -> None:
+        self._answer(peer, dialect, msg.service or "", msg.uuid, msg.body, twice=True)
+
+    def post(self, peer: Peer, dialect: str, msg: Post) -> None:
+        self._answer(peer, dialect, msg.service or "", msg.uuid, msg.body, twice=False)
+
+    def _answer(
+        self, peer: Peer, dialect: str, service: str, uuid: str, body: tuple[bytes, ...], *, twice: bool
+    ) -> None:
+        self._edge.counters["mmi_requests"] += 1
+        action: mmi.Action | None = None
+        try:
+            task, kwargs, args = _parse(body)
+        except ValueError as exc:
+            status, value = Status.UNKNOWN, f"bad request body: {exc}"
+        else:
+            if service == MMI:
+                result = mmi.handle(task, kwargs, args, self.view())
+                status, value, action = result.status, result.value, result.action
+            elif service == SID:
+                if self._options.inventory is None:
+                    status, value = Status.OK, None
+                else:
+                    status, value = sid.handle(task, kwargs, args, self._options.inventory)
+            elif self._options.files is None:
+                status, value = Status.NOT_FOUND, "no files_root is configured for fss.service.broker"
+            else:
+                status, value = fss.handle(task, kwargs, args, self._options.files)
+        reply = (nfpjson.dumps(value),)
+        messages: list[Response | Mmi] = [
+            Response(header=BROKER, service=service, uuid=uuid, status=status, body=reply)
+        ]
+        if twice and dialect == "norfab":
+            messages.append(Mmi(header=BROKER, service=service, uuid=uuid, status=status, body=reply))
+        for message in messages:
+            frames = self._edge.encode(message, dialect)
+            if frames is not None:
+                self._edge.send(peer.address, frames)
+        if action is not None:
+            self._carry_out(action)
+
+    def _carry_out(self, action: mmi.Action) -> None:
+        gateway = self._edge.gateway
+        if gateway is None:
+            return
+        log.warning("%s: management request: %s", self._edge.name, action)
+        gateway.request(action)
+
+    def view(self) -> mmi.BrokerView:
+        gateway = self._edge.gateway
+        now_mono = time.monotonic_ns() // 1_000_000
+        workers = []
+        stats: Mapping[str, int] = {}
+        endpoints: tuple[tuple[str, str, str], ...] = ()
+        if gateway is not None:
+            stats = gateway.router.stats()
+            endpoints = tuple((e.name, e.protocol, e.endpoint) for e in gateway.edges.values())
+            for w in gateway.router.workers():
+                workers.append(
+                    mmi.WorkerInfo(
+                        name=w.name or peer_label(w.peer.address),
+                        service=",".join(s.name for s in w.services),
+                        protocol=w.peer.protocol,
+                        edge=w.peer.edge,
+                        status="alive",
+                        holdtime_s=max(0.0, (w.last_seen_ms + w.timeout_ms - now_mono) / 1000),
+                        keepalives_tx=0,
+                        keepalives_rx=0,
+                        alive_s=max(0.0, (now_mono - w.since_ms) / 1000),
+                        in_flight=w.in_flight,
+                    )
+                )
+        return mmi.BrokerView(
+            broker=mmi.BrokerInfo(
+                version=__version__,
+                started=self._started,
+                uptime_s=time.time() - self._started,
+                endpoints=endpoints,
+                inventory=str(self._options.inventory_path or ""),
+            ),
+            workers=tuple(workers),
+            clients=(),
+            stats=stats,
+        )
+
+
+def _parse(body: Sequence[bytes]) -> tuple[str, dict[str, Any], list[Any]]:
+    """NorFab's request body ``{"task", "kwargs", "args"}``; raises ValueError."""
+    try:
+        value = json.loads(body[0]) if body and body[0] else {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ValueError("expected a JSON object with task, kwargs, args")
+    task, kwargs, args = value.get("task", ""), value.get("kwargs") or {}, value.get("args") or []
+    if not isinstance(task, str) or not isinstance(kwargs, dict) or not isinstance(args, list):
+        raise ValueError("task must be a string, kwargs an object, args a list")
+    return task, kwargs, args

@@ -1,0 +1,212 @@
+"""The gateway: one event-loop thread wiring the edges to the routing core.
+
+design.md "Performance shape": a blocking ``zmq.Poller`` loop, no per-message timers.
+Each iteration polls every edge socket (plus a wake-up fd for signals), lets each
+readable edge read a bounded batch, feeds the commands to the core, hands the outputs
+to the edges they address, fires what is due (:meth:`Router.tick`, edge heartbeats) and
+lets every edge flush what it held for the batch (NFP's group commit of job records).
+The poll timeout is the earliest deadline the core or an edge reports, so an idle
+gateway sleeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import zmq
+
+from nfgate.edges import Edge
+from nfgate.model import Catalog, Command, Unregister
+from nfgate.routing import Router
+from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
+
+__all__ = ["Gateway", "monotonic_ms"]
+
+log = logging.getLogger("nfgate.gateway")
+
+BATCH = 256  # messages one edge may read per iteration: keeps one busy peer from starving the rest
+MAX_SLEEP_MS = 1000  # upper bound on one poll; signals also wake the loop through wake_fd
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class Gateway:
+    """Runs ``edges`` against ``router`` until :meth:`stop` is called.
+
+    ``wake_fd`` is a readable file descriptor that wakes the poll (``signal.set_wakeup_fd``
+    writes to its other end), so a SIGTERM is acted on at once, not at the next timeout.
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        edges: Sequence[Edge],
+        *,
+        clock: Callable[[], int] = monotonic_ms,
+        wake_fd: int | None = None,
+    ) -> None:
+        self.router = router
+        self.edges = {edge.name: edge for edge in edges}
+        self._clock = clock
+        self._poller = zmq.Poller()
+        self._by_socket: dict[zmq.Socket[bytes], Edge] = {}
+        for edge in edges:
+            for sock in edge.sockets():
+                self._poller.register(sock, zmq.POLLIN)
+                self._by_socket[sock] = edge
+        self._wake_fd = wake_fd
+        if wake_fd is not None:
+            self._poller.register(wake_fd, zmq.POLLIN)
+        self._running = False
+        self._closers: list[Callable[[], None]] = []
+        self._actions: list[tuple[str, str]] = []
+        self.iterations = 0
+        self.misrouted = 0
+        self.internal_errors = 0
+
+    # ------------------------------------------------------------------ running
+
+    def stop(self) -> None:
+        """Ask the loop to return after the current iteration (safe from a signal handler)."""
+        self._running = False
+
+    def on_close(self, closer: Callable[[], None]) -> None:
+        """Run ``closer`` after the edges are closed (the job store)."""
+        self._closers.append(closer)
+
+    def request(self, action: object) -> None:
+        """A management action from the broker's MMI service, carried out after the
+        current iteration: ``shutdown``, ``restart`` (every worker is disconnected and
+        re-registers) or ``disconnect`` of one named worker."""
+        kind = str(getattr(action, "kind", action)).rsplit(".", 1)[-1].lower()
+        self._actions.append((kind, str(getattr(action, "worker", "") or "")))
+
+    def _act(self, now: int) -> None:
+        actions, self._actions = self._actions, []
+        for kind, worker in actions:
+            if kind == "shutdown":
+                self.stop()
+                continue
+            for info in self.router.workers():
+                if kind == "restart" or info.name == worker:
+                    evict = Evict(worker=info.peer, reason=f"mmi {kind}")
+                    edge = self.edges.get(info.peer.edge)
+                    self.feed([Unregister(peer=info.peer, reason=f"mmi {kind}")], now)
+                    if edge is not None:
+                        self.feed(edge.emit(evict, now), now)
+
+    def recover(self) -> None:
+        """Give the core what the edges had accepted before a restart (stored NFP jobs)."""
+        now = self._clock()
+        for edge in self.edges.values():
+            self.feed(edge.recover(now), now)
+        self._flush(now)
+
+    def run(self) -> None:
+        """Loop until :meth:`stop`; then every edge drains (says goodbye to its peers)."""
+        self._running = True
+        while self._running:
+            self.step()
+        now = self._clock()
+        for edge in self.edges.values():
+            edge.drain(now)
+
+    def step(self, max_wait_ms: int = MAX_SLEEP_MS) -> None:
+        """One iteration: poll, read, route, tick, flush."""
+        now = self._clock()
+        wait = self._wait(now, max_wait_ms)
+        ready = self._poller.poll(wait)
+        now = self._clock()
+        for sock, _ in ready:
+            if sock == self._wake_fd:
+                self._drain_wake_fd()
+                continue
+            edge = self._by_socket[sock]  # type: ignore[index]
+            try:
+                self.feed(edge.receive(now, BATCH), now)
+            except Exception:
+                # A bug must not take the broker down for every other peer: log it with
+                # its traceback, count it (tests assert the count stays 0), carry on.
+                self.internal_errors += 1
+                log.exception("internal error while handling input on edge %s", edge.name)
+        self._tick(now)
+        if self._actions:
+            self._act(now)
+        self._flush(now)
+        self.iterations += 1
+
+    # ----------------------------------------------------------------- plumbing
+
+    def feed(self, commands: Sequence[Command], now: int) -> None:
+        """Give ``commands`` to the core and every output to its edge, until quiet."""
+        pending: deque[Command] = deque(commands)
+        while pending:
+            for output in self.router.handle(pending.popleft(), now):
+                edge = self._edge_for(output)
+                if edge is not None:
+                    pending.extend(edge.emit(output, now))
+
+    def _edge_for(self, output: Output) -> Edge | None:
+        match output:
+            case Dispatch() | Evict() | Abort():
+                name = output.worker.edge
+            case Deliver():
+                name = output.client.edge
+            case Accepted():
+                name = output.request.reply_to.edge
+            case Catalog():
+                name = output.peer.edge
+        edge = self.edges.get(name)
+        if edge is None:  # a peer of an edge that is gone: cannot happen while edges are fixed
+            self.misrouted += 1
+            log.warning("output for unknown edge %r dropped: %s", name, type(output).__name__)
+        return edge
+
+    def _tick(self, now: int) -> None:
+        due = self.router.next_deadline()
+        if due is not None and due <= now:
+            for output in self.router.tick(now):
+                edge = self._edge_for(output)
+                if edge is not None:
+                    self.feed(edge.emit(output, now), now)
+        for edge in self.edges.values():
+            due = edge.next_deadline()
+            if due is not None and due <= now:
+                self.feed(edge.tick(now), now)
+
+    def _flush(self, now: int) -> None:
+        for edge in self.edges.values():
+            edge.flush(now)
+
+    def _wait(self, now: int, cap: int) -> int:
+        deadlines = [d for d in (e.next_deadline() for e in self.edges.values()) if d is not None]
+        core = self.router.next_deadline()
+        if core is not None:
+            deadlines.append(core)
+        if not deadlines:
+            return cap
+        return max(0, min(cap, min(deadlines) - now))
+
+    def _drain_wake_fd(self) -> None:
+        if self._wake_fd is not None:
+            with contextlib.suppress(BlockingIOError, InterruptedError):
+                os.read(self._wake_fd, 4096)
+
+    def close(self) -> None:
+        for edge in self.edges.values():
+            edge.close()
+        for closer in self._closers:
+            closer()
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        out = {"core": self.router.stats()}
+        for name, edge in self.edges.items():
+            out[f"edge:{name}"] = edge.stats()
+        return out

@@ -1,0 +1,137 @@
+"""``nfgate serve``: assemble the configured edges, the routing core and the job store,
+and run the gateway until SIGINT/SIGTERM.
+
+Start-up problems a user can fix (bad config, a port in use, an unusable data dir) are
+one line on stderr and exit status 2; a clean stop is exit status 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import signal
+import socket
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+
+import zmq
+
+from nfgate.config import ServeConfig, load
+from nfgate.edges import Edge, EdgeSettings
+from nfgate.edges.dcp import DcpEdge
+from nfgate.edges.nfp import NfpEdge, NfpOptions
+from nfgate.errors import NfgateError
+from nfgate.gateway import Gateway
+from nfgate.routing import Router
+from nfgate.store import JobStore
+
+__all__ = ["build", "serve"]
+
+log = logging.getLogger("nfgate")
+
+
+def _raise_fd_limit() -> None:
+    # Every connected peer is a file descriptor; 1,000 workers exceed the usual soft 1024.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = 65536 if hard == resource.RLIM_INFINITY else hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            log.debug("could not raise the open-file limit from %d", soft)
+
+
+def build(cfg: ServeConfig, context: zmq.Context[zmq.Socket[bytes]], wake_fd: int | None = None) -> Gateway:
+    """Bind every enabled edge and return a gateway ready to run.
+
+    Raises :class:`nfgate.errors.TransportError` (a port in use) or
+    :class:`nfgate.errors.ConfigError` (data dir, inventory); edges bound before the
+    failure are closed.
+    """
+    store = JobStore(cfg.data_dir / "jobs.sqlite3")
+    edges: list[Edge] = []
+    try:
+        for ec in cfg.edges:
+            if not ec.enabled:
+                continue
+            for i, url in enumerate(ec.bind):
+                name = ec.kind if i == 0 else f"{ec.kind}-{i + 1}"
+                settings = EdgeSettings(
+                    name=name,
+                    protocol=ec.kind,
+                    url=url,
+                    context=context,
+                    limits=cfg.limits,
+                    options={"heartbeat": (ec.heartbeat_ms, ec.liveness)},
+                )
+                edge: Edge
+                if ec.kind == "nfp":
+                    options = NfpOptions.load(ec.inventory, ec.files_root)
+                    edge = NfpEdge(settings, store=store, options=options)
+                else:
+                    edge = DcpEdge(settings)
+                edges.append(edge)
+                log.info("%s edge (%s) listening on %s", name, ec.kind, edge.endpoint)
+    except NfgateError:
+        for edge in edges:
+            edge.close()
+        store.close()
+        raise
+    gateway = Gateway(Router(cfg.routing), edges, wake_fd=wake_fd)
+    gateway.on_close(store.close)
+    for edge in edges:
+        if isinstance(edge, NfpEdge):
+            edge.attach(gateway)
+    return gateway
+
+
+def _signals(stop: Callable[[], None]) -> tuple[socket.socket, socket.socket]:
+    """SIGINT/SIGTERM stop the loop; a socketpair wakes its poll at once."""
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno())
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return reader, writer
+
+
+def serve(
+    config: Path | None,
+    data_dir: Path | None,
+    binds: Sequence[tuple[str, str]],
+    disabled: Sequence[str],
+    log_level: str | None,
+) -> None:
+    """Run the gateway until a signal; raises :class:`NfgateError` for start-up problems."""
+    cfg = load(config, data_dir=data_dir, binds=binds, disabled=disabled, log_level=log_level)
+    logging.basicConfig(level=cfg.log_level.upper(), format="nfgate: %(message)s")
+    _raise_fd_limit()
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    holder: list[Gateway] = []
+    reader, writer = _signals(lambda: holder[0].stop() if holder else None)
+    try:
+        gateway = build(cfg, context, wake_fd=reader.fileno())
+        holder.append(gateway)
+        gateway.recover()
+        log.info("ready (job store %s)", cfg.data_dir)
+        gateway.run()
+        log.info("stopped: %s", _summary(gateway))
+    finally:
+        if holder:
+            holder[0].close()
+        signal.set_wakeup_fd(-1)
+        reader.close()
+        writer.close()
+        context.term()
+
+
+def _summary(gateway: Gateway) -> str:
+    core = gateway.router.stats()
+    keys = ("accepted", "replied", "failed", "expired", "workers_registered", "workers_lost")
+    return ", ".join(f"{k}={core[k]}" for k in keys)

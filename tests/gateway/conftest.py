@@ -1,0 +1,109 @@
+"""An in-process gateway on random loopback ports, run in a thread, plus DEALER peers."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+
+from nfgate.config import load
+from nfgate.gateway import Gateway
+from nfgate.serve import build
+from nfgate.transports.zmq import connect_dealer
+
+RECV_MS = 3000  # longest any test waits for one message
+
+
+class Running:
+    """A started gateway: its endpoints, a context for peers, and a clean stop."""
+
+    def __init__(self, gateway: Gateway, context: zmq.Context[zmq.Socket[bytes]], waker: socket.socket) -> None:
+        self.gateway = gateway
+        self.context = context
+        self._waker = waker
+        self._sockets: list[zmq.Socket[bytes]] = []
+        self.thread = threading.Thread(target=gateway.run, name="gateway", daemon=True)
+
+    def endpoint(self, edge: str) -> str:
+        return self.gateway.edges[edge].endpoint
+
+    def dealer(self, edge: str, identity: bytes | None = None) -> zmq.Socket[bytes]:
+        sock = connect_dealer(self.context, self.endpoint(edge), identity)
+        sock.setsockopt(zmq.RCVTIMEO, RECV_MS)
+        self._sockets.append(sock)
+        return sock
+
+    def stop(self) -> None:
+        self.gateway.stop()
+        self._waker.send(b"x")
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive(), "gateway thread did not stop"
+        for sock in self._sockets:
+            sock.close(0)
+
+
+def start_gateway(tmp_path: Path, toml: str = "", **kwargs: object) -> Running:
+    config = None
+    if toml:
+        config = tmp_path / "nfgate.toml"
+        config.write_text(toml)
+    cfg = load(
+        config,
+        data_dir=tmp_path / "data",
+        binds=[("nfp", "tcp://127.0.0.1:*"), ("dcp", "tcp://127.0.0.1:*")],
+        **kwargs,  # type: ignore[arg-type]
+    )
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    gateway = build(cfg, context, wake_fd=reader.fileno())
+    gateway.recover()
+    running = Running(gateway, context, writer)
+    running.thread.start()
+    running._closers = (reader, writer)  # type: ignore[attr-defined]
+    return running
+
+
+def finish(running: Running) -> None:
+    running.stop()
+    assert running.gateway.internal_errors == 0, "the gateway logged an internal error"
+    running.gateway.close()
+    for s in running._closers:  # type: ignore[attr-defined]
+        s.close()
+    running.context.term()
+
+
+@pytest.fixture
+def gw(tmp_path: Path) -> Iterator[Running]:
+    running = start_gateway(tmp_path)
+    try:
+        yield running
+    finally:
+        finish(running)
+
+
+def recv(sock: zmq.Socket[bytes]) -> list[bytes]:
+    """One message, or fail the test after RECV_MS."""
+    try:
+        return sock.recv_multipart()
+    except zmq.Again:
+        pytest.fail(f"no message within {RECV_MS} ms")
+
+
+def nothing(sock: zmq.Socket[bytes], wait_ms: int = 300) -> bool:
+    """True when no message arrives within ``wait_ms``."""
+    return sock.poll(wait_ms) == 0
+
+
+def until(predicate: object, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.01)
+    pytest.fail("condition not met in time")

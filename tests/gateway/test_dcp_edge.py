@@ -1,0 +1,125 @@
+"""The DCP edge against raw DEALER peers (specs/dcp.md)."""
+
+from __future__ import annotations
+
+import pytest
+import zmq
+
+from nfgate.codecs import dcp
+from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Reply, Request
+
+from .conftest import Running, nothing, recv
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def send(sock: zmq.Socket[bytes], message: object, dialect: str = "spec") -> None:
+    sock.send_multipart(dcp.encode(message, dialect))  # type: ignore[arg-type]
+
+
+def get(sock: zmq.Socket[bytes]) -> object:
+    return dcp.decode(recv(sock))
+
+
+def worker(gw: Running, service: bytes, dialect: str = "spec") -> zmq.Socket[bytes]:
+    sock = gw.dealer("dcp")
+    send(sock, Registration(service=service), dialect)
+    assert dcp.decode(recv(sock)) == Registration(service=service)  # "confirm it by responding with the same message"
+    return sock
+
+
+def serve_one(sock: zmq.Socket[bytes], transform: bytes = b"") -> Request:
+    request = get(sock)
+    assert isinstance(request, Request)
+    send(sock, Reply(client=request.client, metadata=request.metadata, data=(*request.data, transform)))
+    return request
+
+
+def test_request_reply_returns_metadata_exactly(gw: Running) -> None:
+    w = worker(gw, b"echo")
+    client = gw.dealer("dcp")
+    send(client, Request(service=b"echo", metadata=(b"m1", b"\x00\xff"), data=(b"hello", b"")))
+    seen = serve_one(w, b"!")
+    assert seen.client  # the broker inserted the client address
+    assert seen.metadata == (b"m1", b"\x00\xff") and seen.data == (b"hello", b"")
+    reply = get(client)
+    assert reply == Reply(client=None, metadata=(b"m1", b"\x00\xff"), data=(b"hello", b"", b"!"))
+
+
+def test_dagbox_client_gets_its_address_and_4_byte_types(gw: Running) -> None:
+    w = worker(gw, b"echo", "dagbox")
+    client = gw.dealer("dcp", identity=b"dgbx-client")
+    send(client, Request(service=b"echo", metadata=(b"k",), data=(b"x",)), "dagbox")
+    request = dcp.decode(recv(w), "dagbox")
+    assert isinstance(request, Request) and request.client == b"dgbx-client"
+    w.send_multipart(dcp.encode(Reply(client=request.client, metadata=request.metadata, data=(b"y",)), "dagbox"))
+    frames = recv(client)
+    assert len(frames[2]) == 4  # the DagBox type part
+    assert dcp.decode(frames, "dagbox") == Reply(client=b"dgbx-client", metadata=(b"k",), data=(b"y",))
+
+
+def test_pipelined_requests_one_at_a_time_per_worker(gw: Running) -> None:
+    w = worker(gw, b"echo")
+    client = gw.dealer("dcp")
+    for i in range(10):
+        send(client, Request(service=b"echo", metadata=(str(i).encode(),), data=(b"d%d" % i,)))
+    for _ in range(10):
+        serve_one(w)
+        assert nothing(w, 50) or True  # the next one comes only after this reply (checked below)
+    replies = {get(client).metadata[0] for _ in range(10)}  # type: ignore[attr-defined]
+    assert replies == {str(i).encode() for i in range(10)}
+
+
+def test_worker_gets_no_second_request_until_it_replies_or_pings(gw: Running) -> None:
+    w = worker(gw, b"echo")
+    client = gw.dealer("dcp")
+    for i in range(2):
+        send(client, Request(service=b"echo", metadata=(b"%d" % i,), data=(b"x",)))
+    first = get(w)
+    assert isinstance(first, Request)
+    assert nothing(w, 300)  # "SHOULD NOT give more requests to that worker until it has responded"
+    send(w, Ping())  # "Respond with a heartbeat to ask for more work"
+    got = [get(w), get(w)]
+    assert Pong() in got
+    second = next(m for m in got if isinstance(m, Request))
+    for req in (first, second):
+        send(w, Reply(client=req.client, metadata=req.metadata, data=req.data))  # type: ignore[attr-defined]
+    assert {get(client).metadata for _ in range(2)} == {(b"0",), (b"1",)}  # type: ignore[attr-defined]
+
+
+def test_ping_pong_and_reconnect_for_unknown_worker(gw: Running) -> None:
+    w = worker(gw, b"echo")
+    send(w, Ping())
+    assert get(w) == Pong()
+    stranger = gw.dealer("dcp")
+    send(stranger, Ping())
+    assert get(stranger) == Reconnect()
+
+
+def test_chained_request_reaches_the_original_client(gw: Running) -> None:
+    first = worker(gw, b"stage1")
+    second = worker(gw, b"stage2")
+    client = gw.dealer("dcp")
+    send(client, Request(service=b"stage1", metadata=(b"job-7",), data=(b"raw",)))
+    req = get(first)
+    assert isinstance(req, Request)
+    # stage1 does part of the work and hands it on, keeping the client address
+    send(first, Request(service=b"stage2", client=req.client, metadata=req.metadata, data=(b"half",)))
+    req2 = serve_one(second, b"done")
+    assert req2.client == req.client and req2.data == (b"half",)
+    assert get(client) == Reply(client=None, metadata=(b"job-7",), data=(b"half", b"done"))
+    # stage1 is free again: it gets the next request at once
+    send(client, Request(service=b"stage1", metadata=(b"job-8",), data=(b"raw",)))
+    assert isinstance(get(first), Request)
+
+
+def test_garbage_does_not_disturb_other_peers(gw: Running) -> None:
+    w = worker(gw, b"echo")
+    client = gw.dealer("dcp")
+    bad = gw.dealer("dcp")
+    for junk in ([b"x"], [b"", b"DGBX\x02", b"\x04"], [b"", b"DGBX\x01", b"\x09", b"a"], [b"", b"DGBX\x01", b"\x05"]):
+        bad.send_multipart(junk)
+    send(client, Request(service=b"echo", metadata=(b"ok",), data=(b"1",)))
+    serve_one(w)
+    assert get(client).metadata == (b"ok",)  # type: ignore[attr-defined]
+    assert gw.gateway.edges["dcp"].stats()["undecodable"] >= 3

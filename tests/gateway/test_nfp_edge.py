@@ -1,0 +1,234 @@
+"""The NFP edge against raw DEALER peers, spec and NorFab dialects (specs/nfp.md,
+docs/protocols/norfab-wire.md)."""
+
+from __future__ import annotations
+
+import json
+import uuid as uuidlib
+
+import pytest
+import zmq
+
+from nfgate.codecs import nfp
+from nfgate.codecs.nfp.messages import (
+    BROKER,
+    CLIENT,
+    WORKER,
+    Delete,
+    Disconnect,
+    Event,
+    Get,
+    Keepalive,
+    Mmi,
+    Open,
+    Post,
+    Ready,
+    Response,
+)
+
+from .conftest import Running, recv, until
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def send(sock: zmq.Socket[bytes], message: object, dialect: str = "spec") -> None:
+    sock.send_multipart(nfp.encode(message, dialect))  # type: ignore[arg-type]
+
+
+def get(sock: zmq.Socket[bytes], dialect: str = "spec") -> object:
+    """The next message that is not a broker KEEPALIVE."""
+    for _ in range(20):
+        message = nfp.decode(recv(sock), dialect)
+        if not isinstance(message, Keepalive):
+            return message
+    pytest.fail("only keepalives")
+
+
+def quiet(sock: zmq.Socket[bytes], wait_ms: int = 300) -> bool:
+    """True when nothing but broker KEEPALIVEs arrives within ``wait_ms``."""
+    while sock.poll(wait_ms):
+        if not isinstance(nfp.decode(sock.recv_multipart()), Keepalive):
+            return False
+    return True
+
+
+def new_uuid() -> str:
+    return uuidlib.uuid4().hex
+
+
+def spec_worker(gw: Running, service: str, identity: bytes) -> zmq.Socket[bytes]:
+    sock = gw.dealer("nfp", identity)
+    send(sock, Open(header=WORKER))
+    assert get(sock) == Open(header=BROKER)
+    send(sock, Ready(service=service))
+    until(lambda: any(w.name == identity.decode() for w in gw.gateway.router.workers()))
+    return sock
+
+
+def norfab_worker(gw: Running, service: str, identity: bytes) -> zmq.Socket[bytes]:
+    sock = gw.dealer("nfp", identity)
+    send(sock, Ready(service=service), "norfab")  # NorFab: no OPEN
+    until(lambda: any(w.name == identity.decode() for w in gw.gateway.router.workers()))
+    return sock
+
+
+def post(sock: zmq.Socket[bytes], service: str, body: bytes, target: str = "any", dialect: str = "spec") -> str:
+    job = new_uuid()
+    send(sock, Post(header=CLIENT, service=service, target=target, uuid=job, body=(body,)), dialect)
+    return job
+
+
+def test_spec_post_202_then_relayed_response_then_get(gw: Running) -> None:
+    w = spec_worker(gw, "echo", b"w1")
+    client = gw.dealer("nfp")
+    job = post(client, "echo", b"ping")
+    accepted = get(client)
+    assert isinstance(accepted, Response) and accepted.status == 202 and accepted.uuid == job
+    assert json.loads(accepted.body[0])["workers"] == ["w1"]
+    dispatched = get(w)
+    assert isinstance(dispatched, Post) and dispatched.uuid == job and dispatched.body == (b"ping",)
+    send(w, Response(header=WORKER, service="echo", uuid=job, status=200, body=(b"pong",)))
+    relayed = get(client)
+    assert relayed == Response(header=BROKER, service="echo", uuid=job, status=200, body=(b"pong",))
+    send(client, Get(header=CLIENT, service="echo", target="any", uuid=job, body=(b"",)))
+    assert get(client) == relayed  # kept: GET gives 200 with the result
+    send(client, Get(header=CLIENT, service="echo", target="any", uuid=new_uuid(), body=(b"",)))
+    unknown = get(client)
+    assert isinstance(unknown, Response) and unknown.status == 400
+
+
+def test_get_while_pending_is_300(gw: Running) -> None:
+    w = spec_worker(gw, "slow", b"w1")
+    client = gw.dealer("nfp")
+    job = post(client, "slow", b"x")
+    assert get(client).status == 202  # type: ignore[attr-defined]
+    get(w)
+    send(client, Get(header=CLIENT, service="slow", target="any", uuid=job, body=(b"",)))
+    assert get(client).status == 300  # type: ignore[attr-defined]
+
+
+def test_queued_without_worker_then_dispatched_when_one_registers(gw: Running) -> None:
+    client = gw.dealer("nfp")
+    job = post(client, "later", b"x")
+    accepted = get(client)
+    assert accepted.status == 202 and json.loads(accepted.body[0])["status"] == "QUEUED"  # type: ignore[attr-defined]
+    w = spec_worker(gw, "later", b"w9")
+    dispatched = get(w)
+    assert isinstance(dispatched, Post) and dispatched.uuid == job
+
+
+def test_target_all_gathers_one_result_per_worker(gw: Running) -> None:
+    workers = [spec_worker(gw, "svc", name) for name in (b"a1", b"a2")]
+    client = gw.dealer("nfp")
+    job = post(client, "svc", b"q", target="all")
+    accepted = get(client)
+    assert sorted(json.loads(accepted.body[0])["workers"]) == ["a1", "a2"]  # type: ignore[attr-defined]
+    for i, w in enumerate(workers):
+        request = get(w)
+        send(w, Response(header=WORKER, service="svc", uuid=request.uuid, status=200, body=(b"r%d" % i,)))  # type: ignore[attr-defined]
+    bodies = {get(client).body for _ in workers}  # type: ignore[attr-defined]
+    assert bodies == {(b"r0",), (b"r1",)}
+    send(client, Get(header=CLIENT, service="svc", target="all", uuid=job, body=(b"",)))
+    assert {get(client).body for _ in workers} == bodies  # type: ignore[attr-defined]
+
+
+def test_named_target_comma_list_and_json_list(gw: Running) -> None:
+    w1, w2, _w3 = (spec_worker(gw, "svc", n) for n in (b"n1", b"n2", b"n3"))
+    client = gw.dealer("nfp")
+    post(client, "svc", b"q", target="n2")
+    assert json.loads(get(client).body[0])["workers"] == ["n2"]  # type: ignore[attr-defined]
+    assert isinstance(get(w2), Post)
+    assert quiet(w1, 100)
+    post(client, "svc", b"q", target='["n1","n3"]')
+    assert sorted(json.loads(get(client).body[0])["workers"]) == ["n1", "n3"]  # type: ignore[attr-defined]
+    assert isinstance(get(w1), Post)
+
+
+def test_norfab_worker_flow_201_event_get_200(gw: Running) -> None:
+    w = norfab_worker(gw, "nf", b"nfw")
+    client = gw.dealer("nfp", b"c1")
+    job = post(client, "nf", b'{"task":"t","kwargs":{},"args":[],"timeout":5}', dialect="norfab")
+    assert get(client, "norfab").status == 202  # type: ignore[attr-defined]
+    dispatched = get(w, "norfab")
+    assert isinstance(dispatched, Post) and dispatched.client == b"c1" and dispatched.uuid == job
+    send(w, Response(header=WORKER, client=b"c1", uuid=job, status=201, body=(b'{"worker":"nfw"}',)), "norfab")
+    assert get(client, "norfab").status == 201  # type: ignore[attr-defined]
+    event = b'{"worker":"nfw","uuid":"%s","event_type":"result_ready"}' % job.encode()
+    send(w, Event(header=WORKER, client=b"c1", uuid=job, status=200, body=(event,)), "norfab")
+    assert isinstance(get(client, "norfab"), Event)
+    fetch = get(w, "norfab")  # the gateway GETs the result itself
+    assert isinstance(fetch, Get) and fetch.uuid == job
+    result = b'{"nfw":{"result":42,"failed":false}}'
+    send(w, Response(header=WORKER, client=b"c1", uuid=job, status=200, body=(result,)), "norfab")
+    final = get(client, "norfab")
+    assert final.status == 200 and json.loads(final.body[0]) == {"nfw": {"result": 42, "failed": False}}  # type: ignore[attr-defined]
+
+
+def test_worker_death_redispatches_to_another_worker(tmp_path: object) -> None:
+    from .conftest import finish, start_gateway
+
+    toml = "[edges.nfp]\nheartbeat_ms = 100\nliveness = 3\n"
+    gw = start_gateway(tmp_path, toml)  # type: ignore[arg-type]
+    try:
+        dying = spec_worker(gw, "svc", b"d1")
+        client = gw.dealer("nfp")
+        job = post(client, "svc", b"q")
+        assert get(client).status == 202  # type: ignore[attr-defined]
+        assert get(dying).uuid == job  # type: ignore[attr-defined]
+        dying.close(0)  # dies without a word; 300 ms later it is dead
+        healthy = gw.dealer("nfp", b"h1")
+        send(healthy, Ready(service="svc"))
+        for _ in range(50):
+            message = get(healthy)
+            if isinstance(message, Post):
+                break
+            send(healthy, Keepalive(header=WORKER, service="svc"))
+        else:
+            pytest.fail("never re-dispatched")
+        assert message.uuid == job
+        send(healthy, Response(header=WORKER, service="svc", uuid=job, status=200, body=(b"ok",)))
+        assert get(client).body == (b"ok",)  # type: ignore[attr-defined]
+    finally:
+        finish(gw)
+
+
+def test_delete_cancels_a_queued_job(gw: Running) -> None:
+    client = gw.dealer("nfp")
+    job = post(client, "nobody", b"x")
+    assert get(client).status == 202  # type: ignore[attr-defined]
+    send(client, Delete(header=CLIENT, service="nobody", target="any", uuid=job, body=(b"",)))
+    cancelled = get(client)
+    assert cancelled.status == 200 and json.loads(cancelled.body[0])["status"] == "CANCELLED"  # type: ignore[attr-defined]
+    w = spec_worker(gw, "nobody", b"late")
+    assert quiet(w, 300)
+
+
+def test_unknown_worker_gets_disconnect(gw: Running) -> None:
+    stranger = gw.dealer("nfp", b"ghost")
+    send(stranger, Keepalive(header=WORKER, service="svc"), "norfab")
+    message = get(stranger, "norfab")
+    assert isinstance(message, Disconnect) and not message.legacy_order
+
+
+def test_mmi_show_workers_answered_twice_for_norfab(gw: Running) -> None:
+    norfab_worker(gw, "svc", b"mw1")
+    client = gw.dealer("nfp", b"mc")
+    job = new_uuid()
+    body = b'{"task":"show_workers","kwargs":{},"args":[]}'
+    send(client, Mmi(header=CLIENT, service="mmi.service.broker", target="all", uuid=job, body=(body,)), "norfab")
+    first, second = get(client, "norfab"), get(client, "norfab")
+    assert isinstance(first, Response) and isinstance(second, Mmi) and second.status == 200
+    rows = json.loads(second.body[0])
+    assert [row["name"] for row in rows] == ["mw1"]
+
+
+def test_garbage_is_counted_and_harmless(gw: Running) -> None:
+    w = spec_worker(gw, "echo", b"gw1")
+    bad = gw.dealer("nfp")
+    for junk in ([b"x"], [b"", b"NFPC01"], [b"", b"NFPC01", b"\x04", b"s"], [b"", b"XXXX01", b"\x04"]):
+        bad.send_multipart(junk)
+    client = gw.dealer("nfp")
+    post(client, "echo", b"still")
+    assert get(client).status == 202  # type: ignore[attr-defined]
+    assert get(w).body == (b"still",)  # type: ignore[attr-defined]
+    assert gw.gateway.edges["nfp"].stats()["undecodable"] >= 3
