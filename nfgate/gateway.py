@@ -64,7 +64,8 @@ class Gateway:
         self._wake_fd = wake_fd
         if wake_fd is not None:
             self._poller.register(wake_fd, zmq.POLLIN)
-        self._running = False
+        # Set once, never cleared: a signal that arrives before run() starts still counts.
+        self._stop_requested = False
         self._closers: list[Callable[[], None]] = []
         self._actions: list[tuple[str, str]] = []
         self.iterations = 0
@@ -75,7 +76,7 @@ class Gateway:
 
     def stop(self) -> None:
         """Ask the loop to return after the current iteration (safe from a signal handler)."""
-        self._running = False
+        self._stop_requested = True
 
     def on_close(self, closer: Callable[[], None]) -> None:
         """Run ``closer`` after the edges are closed (the job store)."""
@@ -111,8 +112,7 @@ class Gateway:
 
     def run(self) -> None:
         """Loop until :meth:`stop`; then every edge drains (says goodbye to its peers)."""
-        self._running = True
-        while self._running:
+        while not self._stop_requested:
             self.step()
         now = self._clock()
         for edge in self.edges.values():

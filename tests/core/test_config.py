@@ -1,0 +1,78 @@
+"""`nfgate serve` configuration: defaults, TOML, overrides, one-line errors naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nfgate.config import DEFAULT_BINDS, load
+from nfgate.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "nfgate.toml"
+    path.write_text(text)
+    return path
+
+
+def test_embedded_defaults_bind_loopback() -> None:
+    cfg = load(None, data_dir=Path("/tmp/x"))
+    assert {e.kind: e.bind for e in cfg.edges} == {k: (v,) for k, v in DEFAULT_BINDS.items()}
+    assert all(url.startswith("tcp://127.0.0.1:") for e in cfg.edges for url in e.bind)
+    assert cfg.edge("nfp").heartbeat_ms == 2500 and cfg.edge("nfp").liveness == 6  # NorFab's
+    assert cfg.routing.queue_expiry_ms == 300_000
+
+
+def test_file_values_and_command_line_overrides(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+[gateway]
+data_dir = "state"
+[routing]
+queue_expiry_ms = 1000
+[edges.nfp]
+bind = ["tcp://127.0.0.1:7000", "tcp://127.0.0.1:7001"]
+liveness = 4
+[edges.dcp]
+enabled = false
+""",
+    )
+    cfg = load(path)
+    assert cfg.data_dir == tmp_path / "state"
+    assert cfg.edge("nfp").bind == ("tcp://127.0.0.1:7000", "tcp://127.0.0.1:7001")
+    assert cfg.routing.queue_expiry_ms == 1000 and cfg.routing.liveness["nfp"] == (2500, 4)
+    assert not cfg.edge("dcp").enabled
+    cfg = load(path, binds=[("nfp", "tcp://127.0.0.1:9")], disabled=["nfp"], data_dir=Path("/d"))
+    assert cfg.edge("nfp").bind == ("tcp://127.0.0.1:9",) and not cfg.edge("nfp").enabled
+    assert cfg.data_dir == Path("/d")
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[edges.nfp]\nbnd = 'x'\n", "edges.nfp.bnd"),
+        ("[edges.mqtt]\n", "edges.mqtt"),
+        ("[routing]\nmax_redispatch = -1\n", "routing.max_redispatch"),
+        ("[routing]\nqueue_expiry_ms = true\n", "routing.queue_expiry_ms"),
+        ("[edges.dcp]\ninventory = 'inv.yaml'\n", "edges.dcp.inventory"),
+        ("[edges.nfp]\nbind = 'localhost:5555'\n", "edges.nfp.bind"),
+        ("[edges.nfp]\nenabled = 'yes'\n", "edges.nfp.enabled"),
+        ("[gateway]\nlog_level = 'loud'\n", "gateway.log_level"),
+        ("limits = 3\n", "limits"),
+        ("[nope]\n", "nope"),
+    ],
+)
+def test_errors_name_the_key(tmp_path: Path, text: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load(write(tmp_path, text))
+
+
+def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load(write(tmp_path, "[oops\n"))
+    with pytest.raises(ConfigError, match="unknown edge"):
+        load(None, binds=[("mqtt", "tcp://127.0.0.1:1")])

@@ -1,0 +1,176 @@
+"""`nfgate serve` as a user runs it: a subprocess, log lines, signals, exit statuses,
+and the job store surviving kill -9."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid as uuidlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+
+from nfgate.codecs import nfp
+from nfgate.codecs.nfp.messages import CLIENT, WORKER, Get, Keepalive, Post, Ready, Response
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
+
+LISTEN = re.compile(r"nfgate: (\S+) edge \((\w+)\) listening on (\S+)")
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen[str], endpoints: dict[str, str], lines: list[str]) -> None:
+        self.proc = proc
+        self.endpoints = endpoints
+        self.lines = lines
+
+
+def start(*args: str, expect_ready: bool = True) -> Server:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nfgate", "serve", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    endpoints: dict[str, str] = {}
+    lines: list[str] = []
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 20
+    while expect_ready and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if m := LISTEN.search(line):
+            endpoints[m.group(1)] = m.group(3)
+        if "nfgate: ready" in line:
+            return Server(proc, endpoints, lines)
+    if expect_ready:
+        proc.kill()
+        pytest.fail(f"serve did not get ready: {''.join(lines)}")
+    return Server(proc, endpoints, lines)
+
+
+def stop(server: Server) -> int:
+    server.proc.send_signal(signal.SIGTERM)
+    try:
+        return server.proc.wait(timeout=15)
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+RANDOM = ("--bind", "nfp=tcp://127.0.0.1:0", "--bind", "dcp=tcp://127.0.0.1:0")
+
+
+def test_logs_each_edge_and_exits_0_on_sigterm(tmp_path: Path) -> None:
+    server = start("--data-dir", str(tmp_path), *RANDOM)
+    assert set(server.endpoints) == {"nfp", "dcp"}
+    assert all(url.startswith("tcp://127.0.0.1:") and not url.endswith(":0") for url in server.endpoints.values())
+    assert stop(server) == 0
+
+
+def test_sigint_also_drains_and_exits_0(tmp_path: Path) -> None:
+    server = start("--data-dir", str(tmp_path), *RANDOM)
+    server.proc.send_signal(signal.SIGINT)
+    assert server.proc.wait(timeout=15) == 0
+
+
+def run_bad(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nfgate", "serve", *args], capture_output=True, text=True, timeout=30
+    )
+
+
+def test_bad_config_is_one_line_naming_the_key_exit_2(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("[edges.nfp]\nbnd = 'tcp://127.0.0.1:1'\n")
+    done = run_bad("--config", str(config), "--data-dir", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "edges.nfp.bnd" in done.stderr
+    config.write_text("[routing]\nqueue_expiry_ms = 'soon'\n")
+    done = run_bad("--config", str(config), "--data-dir", str(tmp_path))
+    assert done.returncode == 2 and "routing.queue_expiry_ms" in done.stderr
+    config.write_text("this is [not toml\n")
+    done = run_bad("--config", str(config), "--data-dir", str(tmp_path))
+    assert done.returncode == 2 and "not valid TOML" in done.stderr
+
+
+def test_port_in_use_is_one_line_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        done = run_bad("--data-dir", str(tmp_path), "--bind", f"nfp=tcp://127.0.0.1:{port}", "--no-dcp")
+    assert done.returncode == 2
+    assert "address already in use" in done.stderr and done.stderr.strip().count("\n") == 0
+
+
+def _recv(sock: zmq.Socket[bytes]) -> object:
+    for _ in range(50):
+        if not sock.poll(5000):
+            pytest.fail("no reply")
+        message = nfp.decode(sock.recv_multipart())
+        if not isinstance(message, Keepalive):
+            return message
+    pytest.fail("only keepalives")
+
+
+def test_accepted_job_survives_kill_9_and_is_dispatched_after_restart(
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    server = start("--data-dir", str(tmp_path), *RANDOM)
+    url = server.endpoints["nfp"]
+    client = ctx.socket(zmq.DEALER)
+    client.setsockopt(zmq.LINGER, 0)
+    client.setsockopt(zmq.IDENTITY, b"durable-client")
+    client.connect(url)
+    job = uuidlib.uuid4().hex
+    client.send_multipart(nfp.encode(Post(header=CLIENT, service="later", target="any", uuid=job, body=(b"x",))))
+    accepted = _recv(client)
+    assert accepted.status == 202  # type: ignore[attr-defined]
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait(timeout=10)
+
+    port = url.rsplit(":", 1)[1]
+    again = start("--data-dir", str(tmp_path), "--bind", f"nfp=tcp://127.0.0.1:{port}", "--no-dcp")
+    try:
+        assert any("dispatched again" in line for line in again.lines)
+        worker = ctx.socket(zmq.DEALER)
+        worker.setsockopt(zmq.LINGER, 0)
+        worker.setsockopt(zmq.IDENTITY, b"late-worker")
+        worker.connect(url)
+        worker.send_multipart(nfp.encode(Ready(service="later")))
+        dispatched = _recv(worker)
+        assert isinstance(dispatched, Post) and dispatched.uuid == job and dispatched.body == (b"x",)
+        worker.send_multipart(nfp.encode(Response(header=WORKER, service="later", uuid=job, status=200, body=(b"y",))))
+        # The relayed RESPONSE may reach the client or not (it may still be reconnecting
+        # to the new process); the stored result is what GET serves either way.
+        for _ in range(50):
+            client.send_multipart(
+                nfp.encode(Get(header=CLIENT, service="later", target="any", uuid=job, body=(b"",)))
+            )
+            answer = _recv(client)
+            if isinstance(answer, Response) and answer.status == 200:
+                break
+            time.sleep(0.1)
+        assert answer == Response(header=b"NFPB01", service="later", uuid=job, status=200, body=(b"y",))
+        worker.close()
+    finally:
+        client.close()
+        assert stop(again) == 0
+
