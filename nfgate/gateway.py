@@ -12,6 +12,8 @@ gateway sleeps.
 from __future__ import annotations
 
 import contextlib
+import datetime
+import json
 import logging
 import os
 import time
@@ -25,7 +27,7 @@ from nfgate.model import Catalog, Command, Unregister
 from nfgate.routing import Router
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
 
-__all__ = ["Gateway", "monotonic_ms"]
+__all__ = ["Gateway", "LogRing", "monotonic_ms"]
 
 log = logging.getLogger("nfgate.gateway")
 
@@ -35,6 +37,20 @@ MAX_SLEEP_MS = 1000  # upper bound on one poll; signals also wake the loop throu
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+class LogRing(logging.Handler):
+    """The last ``size`` log records as NorFab's JSONL records (``ts``, ``level``,
+    ``logger``, ``message``), for ``mmi.service.broker``'s ``get_logs``."""
+
+    def __init__(self, size: int = 1000) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: deque[str] = deque(maxlen=size)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        ts = datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds")
+        line = {"ts": ts, "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        self.lines.append(json.dumps(line))
 
 
 class Gateway:
@@ -68,6 +84,7 @@ class Gateway:
         self._stop_requested = False
         self._closers: list[Callable[[], None]] = []
         self._actions: list[tuple[str, str]] = []
+        self.logs = LogRing()
         self.iterations = 0
         self.misrouted = 0
         self.internal_errors = 0
@@ -96,7 +113,8 @@ class Gateway:
                 self.stop()
                 continue
             for info in self.router.workers():
-                if kind == "restart" or info.name == worker:
+                # restart, and disconnect without a name, mean every worker (spec: BMMI).
+                if kind == "restart" or not worker or info.name == worker:
                     evict = Evict(worker=info.peer, reason=f"mmi {kind}")
                     edge = self.edges.get(info.peer.edge)
                     self.feed([Unregister(peer=info.peer, reason=f"mmi {kind}")], now)
@@ -112,11 +130,16 @@ class Gateway:
 
     def run(self) -> None:
         """Loop until :meth:`stop`; then every edge drains (says goodbye to its peers)."""
-        while not self._stop_requested:
-            self.step()
-        now = self._clock()
-        for edge in self.edges.values():
-            edge.drain(now)
+        root = logging.getLogger("nfgate")
+        root.addHandler(self.logs)
+        try:
+            while not self._stop_requested:
+                self.step()
+            now = self._clock()
+            for edge in self.edges.values():
+                edge.drain(now)
+        finally:
+            root.removeHandler(self.logs)
 
     def step(self, max_wait_ms: int = MAX_SLEEP_MS) -> None:
         """One iteration: poll, read, route, tick, flush."""
@@ -128,7 +151,7 @@ class Gateway:
             if sock == self._wake_fd:
                 self._drain_wake_fd()
                 continue
-            edge = self._by_socket[sock]  # type: ignore[index]
+            edge = self._by_socket[sock]
             try:
                 self.feed(edge.receive(now, BATCH), now)
             except Exception:

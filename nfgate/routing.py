@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Iterable
 from typing import Final
 
 import attrs
 
+from nfgate import routing_views as views
 from nfgate.errors import StateError
 from nfgate.model import (
     Cancel,
     Catalog,
-    CatalogEntry,
     Command,
     Fetch,
     Forward,
@@ -30,7 +29,6 @@ from nfgate.model import (
     Register,
     Reply,
     Request,
-    ServiceRef,
     Status,
     TargetKind,
     Unregister,
@@ -511,19 +509,7 @@ class Router:
 
     def workers(self) -> list[WorkerInfo]:
         """A snapshot of the registered workers (for the broker's management services)."""
-        return [
-            WorkerInfo(
-                peer=w.peer,
-                name=w.name,
-                services=w.services,
-                in_flight=len(w.in_flight),
-                capacity=w.capacity,
-                since_ms=w.since,
-                timeout_ms=w.timeout,
-                last_seen_ms=self._liveness[w.timeout].get(w.peer, w.since) if w.timeout else w.since,
-            )
-            for w in self._workers.values()
-        ]
+        return views.worker_infos(self._workers.values(), self._liveness)
 
     def _cancel(self, cmd: Cancel, now: int, out: list[Output]) -> None:
         job = self._jobs.get(int(cmd.job_id)) if cmd.job_id.isdecimal() else None
@@ -647,24 +633,4 @@ class Router:
     # -------------------------------------------------------------------- lookup
 
     def _lookup(self, cmd: Lookup) -> Catalog:
-        query = cmd.query
-        names: Iterable[str] = sorted(self._providers) if query in ("", "*") else (query,)
-        entries: list[CatalogEntry] = []
-        for name in names:
-            groups: dict[str | None, tuple[int, set[str]]] = {}
-            for peer in self._providers.get(name, ()):
-                for ref in self._workers[peer].services:
-                    if ref.name == name:
-                        count, protocols = groups.get(ref.version, (0, set()))
-                        protocols.add(peer.protocol)
-                        groups[ref.version] = (count + 1, protocols)
-            for version in sorted(groups, key=lambda x: (x is not None, x or "")):
-                count, protocols = groups[version]
-                entries.append(
-                    CatalogEntry(
-                        service=ServiceRef(name=name, version=version),
-                        workers=count,
-                        protocols=tuple(sorted(protocols)),
-                    )
-                )
-        return Catalog(peer=cmd.peer, entries=entries)
+        return views.catalog(cmd, self._providers, self._workers)

@@ -14,13 +14,15 @@ from collections.abc import Sequence
 
 import zmq
 
-from nfgate.model import Command, Peer
+from nfgate.model import Command, Peer, ServiceRef
 from nfgate.routing_types import Output
 from nfgate.transports.zmq import Limits, RouterEndpoint
 
 __all__ = ["Edge", "EdgeSettings", "RouterEdge", "peer_label"]
 
 log = logging.getLogger("nfgate.edge")
+
+PEER_CACHE = 100_000  # cached Peer/ServiceRef objects per edge; the cache is reset beyond it
 
 
 class EdgeSettings:
@@ -70,6 +72,8 @@ class Edge(abc.ABC):
         self.name = settings.name
         self.url = settings.url
         self.counters: Counter[str] = Counter()
+        self._peers_seen: dict[bytes, Peer] = {}
+        self._services_seen: dict[str, ServiceRef] = {}
 
     # -- wiring -----------------------------------------------------------------
 
@@ -83,7 +87,25 @@ class Edge(abc.ABC):
         """Sockets the gateway polls for input on this edge's behalf."""
 
     def peer(self, address: bytes, sub: bytes = b"") -> Peer:
-        return Peer(edge=self.name, protocol=self.protocol, address=address, sub=sub)
+        """The :class:`Peer` for a transport address (cached: built once per peer, not
+        per message, since validating attrs classes is a measurable part of a relay)."""
+        if sub:
+            return Peer(edge=self.name, protocol=self.protocol, address=address, sub=sub)
+        peer = self._peers_seen.get(address)
+        if peer is None:
+            if len(self._peers_seen) >= PEER_CACHE:
+                self._peers_seen.clear()
+            peer = self._peers_seen[address] = Peer(edge=self.name, protocol=self.protocol, address=address)
+        return peer
+
+    def service(self, name: str) -> ServiceRef:
+        """A cached :class:`ServiceRef` for a service name seen on the wire."""
+        ref = self._services_seen.get(name)
+        if ref is None:
+            if len(self._services_seen) >= PEER_CACHE:
+                self._services_seen.clear()
+            ref = self._services_seen[name] = ServiceRef(name=name)
+        return ref
 
     # -- traffic ----------------------------------------------------------------
 

@@ -146,7 +146,7 @@ class DcpEdge(RouterEdge):
         return "dcp-" + address.hex()
 
     def _request(self, address: bytes, worker: _Worker | None, msg: DcpRequest) -> Command:
-        service = ServiceRef(name=service_text(msg.service))
+        service = self.service(service_text(msg.service))
         if worker is not None and msg.client is not None:
             for core_id, (given, _) in worker.held.items():
                 if given == msg.client:
@@ -178,7 +178,14 @@ class DcpEdge(RouterEdge):
             self.bad_input(peer, "unknown_reply", "a REPLY for no request this worker holds")
             return None
         del worker.held[match]
-        return Reply(id=match, status=Status.OK, body=msg.data, metadata=msg.metadata, worker=peer)
+        return Reply(
+            id=match,
+            status=Status.OK,
+            body=msg.data,
+            metadata=msg.metadata,
+            worker=peer,
+            worker_name=self._name(peer.address),
+        )
 
     # ----------------------------------------------------------------- output
 

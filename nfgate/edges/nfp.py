@@ -63,10 +63,11 @@ _PROGRESS = {201: "created", 202: "created", 300: "pending"}
 
 
 class _Peer:
-    __slots__ = ("dialect", "held", "service", "state")
+    __slots__ = ("dialect", "held", "seen", "service", "state")
 
     def __init__(self, dialect: str) -> None:
         self.dialect = dialect
+        self.seen = 0  # monotonic ms of its last message
         self.state = PeerState.NEW
         self.service = ""
         # uuid sent -> (core id, request): how a worker's RESPONSE finds its request.
@@ -83,8 +84,9 @@ class NfpEdge(RouterEdge):
         self.jobs = NfpJobs(self, store)
         self.services = NfpServices(self, options or NfpOptions())
         self._gateway: Gateway | None = None
-        interval, _ = settings.options.get("heartbeat", (2500, 6))  # type: ignore[misc]
-        self._interval: int = interval
+        heartbeat: tuple[int, int] = settings.options.get("heartbeat", (2500, 6))  # type: ignore[assignment]
+        self.heartbeat = heartbeat  # (interval ms, liveness): what this edge announces
+        self._interval = heartbeat[0]
         self._next_keepalive: int | None = None
 
     def attach(self, gateway: Gateway) -> None:
@@ -132,10 +134,18 @@ class NfpEdge(RouterEdge):
             except DecodeError as exc:
                 self.bad_input(self.peer(address), "undecodable", exc.reason)
                 continue
-            self._on_message(address, message, dialect, commands)
+            self._on_message(address, message, dialect, now_ms, commands)
         return commands
 
-    def _record(self, address: bytes, dialect: str) -> _Peer:
+    def clients(self, now_ms: int) -> list[tuple[bytes, str, int]]:
+        """(address, dialect, ms since last heard) of every peer that acted as a client."""
+        return [
+            (address, p.dialect, now_ms - p.seen)
+            for address, p in self._peers.items()
+            if p.state in (PeerState.CLIENT, PeerState.OPENED)
+        ]
+
+    def _record(self, address: bytes, dialect: str, now_ms: int) -> _Peer:
         p = self._peers.get(address)
         if p is None:
             p = self._peers[address] = _Peer(dialect)
@@ -144,10 +154,13 @@ class NfpEdge(RouterEdge):
                 if old.state is not PeerState.WORKER:
                     del self._peers[oldest]
         p.dialect = dialect
+        p.seen = now_ms
         return p
 
-    def _on_message(self, address: bytes, message: Message, dialect: str, out: list[Command]) -> None:
-        p = self._record(address, dialect)
+    def _on_message(
+        self, address: bytes, message: Message, dialect: str, now_ms: int, out: list[Command]
+    ) -> None:
+        p = self._record(address, dialect, now_ms)
         header: bytes = getattr(message, "header", b"")
         p.state, action = step(p.state, header, message.TYPE)
         peer = self.peer(address)

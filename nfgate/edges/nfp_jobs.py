@@ -103,6 +103,13 @@ class NfpJobs:
     def live(self) -> int:
         return len(self._live)
 
+    def open_by_client(self) -> dict[bytes, int]:
+        """Client address -> its jobs not yet finished."""
+        counts: dict[bytes, int] = {}
+        for job in self._by_uuid.values():
+            counts[job.client] = counts.get(job.client, 0) + 1
+        return counts
+
     # ------------------------------------------------------------ client input
 
     def post(self, peer: Peer, dialect: str, msg: Post) -> list[Command]:
@@ -126,7 +133,7 @@ class NfpJobs:
         self._by_uuid[uuid] = job
         return [
             Request(
-                service=ServiceRef(name=service),
+                service=self._edge.service(service),
                 target=target,
                 body=msg.body,
                 reply_to=peer,

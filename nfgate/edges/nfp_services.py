@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from nfgate import __version__
-from nfgate.brokersvc import fss, mmi, sid
+from nfgate.brokersvc import BrokerInfo, BrokerView, ClientInfo, WorkerInfo, fss, mmi, sid
+from nfgate.brokersvc.mmi import Action
 from nfgate.codecs.nfp import session as nfpjson
 from nfgate.codecs.nfp.messages import BROKER, Mmi, Post, Response
 from nfgate.edges import peer_label
@@ -61,7 +62,6 @@ class NfpServices:
         self._edge = edge
         self._options = options
         self._started = time.time()
-        self._clients: dict[bytes, float] = {}
 
     @staticmethod
     def owns(service: str) -> bool:
@@ -77,7 +77,9 @@ class NfpServices:
         self, peer: Peer, dialect: str, service: str, uuid: str, body: tuple[bytes, ...], *, twice: bool
     ) -> None:
         self._edge.counters["mmi_requests"] += 1
-        action: mmi.Action | None = None
+        action: Action | None = None
+        status: int
+        value: Any
         try:
             task, kwargs, args = _parse(body)
         except ValueError as exc:
@@ -108,14 +110,27 @@ class NfpServices:
         if action is not None:
             self._carry_out(action)
 
-    def _carry_out(self, action: mmi.Action) -> None:
+    def _carry_out(self, action: Action) -> None:
         gateway = self._edge.gateway
         if gateway is None:
             return
         log.warning("%s: management request: %s", self._edge.name, action)
         gateway.request(action)
 
-    def view(self) -> mmi.BrokerView:
+    def _clients(self, now_ms: int) -> tuple[ClientInfo, ...]:
+        jobs = self._edge.jobs.open_by_client()
+        return tuple(
+            ClientInfo(
+                name=peer_label(address),
+                protocol=f"nfp/{dialect}",
+                edge=self._edge.name,
+                last_seen_s=max(0.0, idle_ms / 1000),
+                jobs=jobs.get(address, 0),
+            )
+            for address, dialect, idle_ms in self._edge.clients(now_ms)
+        )
+
+    def view(self) -> BrokerView:
         gateway = self._edge.gateway
         now_mono = time.monotonic_ns() // 1_000_000
         workers = []
@@ -126,7 +141,7 @@ class NfpServices:
             endpoints = tuple((e.name, e.protocol, e.endpoint) for e in gateway.edges.values())
             for w in gateway.router.workers():
                 workers.append(
-                    mmi.WorkerInfo(
+                    WorkerInfo(
                         name=w.name or peer_label(w.peer.address),
                         service=",".join(s.name for s in w.services),
                         protocol=w.peer.protocol,
@@ -139,17 +154,22 @@ class NfpServices:
                         in_flight=w.in_flight,
                     )
                 )
-        return mmi.BrokerView(
-            broker=mmi.BrokerInfo(
+        return BrokerView(
+            broker=BrokerInfo(
                 version=__version__,
                 started=self._started,
                 uptime_s=time.time() - self._started,
                 endpoints=endpoints,
                 inventory=str(self._options.inventory_path or ""),
+                files_root=str(self._options.files.path) if self._options.files is not None else "",
+                keepalive_ms=self._edge.heartbeat[0],
+                keepalive_multiplier=self._edge.heartbeat[1],
             ),
             workers=tuple(workers),
-            clients=(),
+            clients=self._clients(now_mono),
             stats=stats,
+            logs=tuple(gateway.logs.lines) if gateway is not None else (),
+            inventory=self._options.inventory.as_dict() if self._options.inventory is not None else None,
         )
 
 

@@ -22,7 +22,9 @@ RECV_MS = 3000  # longest any test waits for one message
 class Running:
     """A started gateway: its endpoints, a context for peers, and a clean stop."""
 
-    def __init__(self, gateway: Gateway, context: zmq.Context[zmq.Socket[bytes]], waker: socket.socket) -> None:
+    def __init__(
+        self, gateway: Gateway, context: zmq.Context[zmq.Socket[bytes]], waker: socket.socket
+    ) -> None:
         self.gateway = gateway
         self.context = context
         self._waker = waker

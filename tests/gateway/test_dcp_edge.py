@@ -24,7 +24,9 @@ def get(sock: zmq.Socket[bytes]) -> object:
 def worker(gw: Running, service: bytes, dialect: str = "spec") -> zmq.Socket[bytes]:
     sock = gw.dealer("dcp")
     send(sock, Registration(service=service), dialect)
-    assert dcp.decode(recv(sock)) == Registration(service=service)  # "confirm it by responding with the same message"
+    assert dcp.decode(recv(sock)) == Registration(
+        service=service
+    )  # "confirm it by responding with the same message"
     return sock
 
 
@@ -52,7 +54,9 @@ def test_dagbox_client_gets_its_address_and_4_byte_types(gw: Running) -> None:
     send(client, Request(service=b"echo", metadata=(b"k",), data=(b"x",)), "dagbox")
     request = dcp.decode(recv(w), "dagbox")
     assert isinstance(request, Request) and request.client == b"dgbx-client"
-    w.send_multipart(dcp.encode(Reply(client=request.client, metadata=request.metadata, data=(b"y",)), "dagbox"))
+    w.send_multipart(
+        dcp.encode(Reply(client=request.client, metadata=request.metadata, data=(b"y",)), "dagbox")
+    )
     frames = recv(client)
     assert len(frames[2]) == 4  # the DagBox type part
     assert dcp.decode(frames, "dagbox") == Reply(client=b"dgbx-client", metadata=(b"k",), data=(b"y",))
@@ -117,7 +121,12 @@ def test_garbage_does_not_disturb_other_peers(gw: Running) -> None:
     w = worker(gw, b"echo")
     client = gw.dealer("dcp")
     bad = gw.dealer("dcp")
-    for junk in ([b"x"], [b"", b"DGBX\x02", b"\x04"], [b"", b"DGBX\x01", b"\x09", b"a"], [b"", b"DGBX\x01", b"\x05"]):
+    for junk in (
+        [b"x"],
+        [b"", b"DGBX\x02", b"\x04"],
+        [b"", b"DGBX\x01", b"\x09", b"a"],
+        [b"", b"DGBX\x01", b"\x05"],
+    ):
         bad.send_multipart(junk)
     send(client, Request(service=b"echo", metadata=(b"ok",), data=(b"1",)))
     serve_one(w)

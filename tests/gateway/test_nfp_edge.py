@@ -72,7 +72,9 @@ def norfab_worker(gw: Running, service: str, identity: bytes) -> zmq.Socket[byte
     return sock
 
 
-def post(sock: zmq.Socket[bytes], service: str, body: bytes, target: str = "any", dialect: str = "spec") -> str:
+def post(
+    sock: zmq.Socket[bytes], service: str, body: bytes, target: str = "any", dialect: str = "spec"
+) -> str:
     job = new_uuid()
     send(sock, Post(header=CLIENT, service=service, target=target, uuid=job, body=(body,)), dialect)
     return job
@@ -151,7 +153,9 @@ def test_norfab_worker_flow_201_event_get_200(gw: Running) -> None:
     assert get(client, "norfab").status == 202  # type: ignore[attr-defined]
     dispatched = get(w, "norfab")
     assert isinstance(dispatched, Post) and dispatched.client == b"c1" and dispatched.uuid == job
-    send(w, Response(header=WORKER, client=b"c1", uuid=job, status=201, body=(b'{"worker":"nfw"}',)), "norfab")
+    send(
+        w, Response(header=WORKER, client=b"c1", uuid=job, status=201, body=(b'{"worker":"nfw"}',)), "norfab"
+    )
     assert get(client, "norfab").status == 201  # type: ignore[attr-defined]
     event = b'{"worker":"nfw","uuid":"%s","event_type":"result_ready"}' % job.encode()
     send(w, Event(header=WORKER, client=b"c1", uuid=job, status=200, body=(event,)), "norfab")
@@ -215,7 +219,11 @@ def test_mmi_show_workers_answered_twice_for_norfab(gw: Running) -> None:
     client = gw.dealer("nfp", b"mc")
     job = new_uuid()
     body = b'{"task":"show_workers","kwargs":{},"args":[]}'
-    send(client, Mmi(header=CLIENT, service="mmi.service.broker", target="all", uuid=job, body=(body,)), "norfab")
+    send(
+        client,
+        Mmi(header=CLIENT, service="mmi.service.broker", target="all", uuid=job, body=(body,)),
+        "norfab",
+    )
     first, second = get(client, "norfab"), get(client, "norfab")
     assert isinstance(first, Response) and isinstance(second, Mmi) and second.status == 200
     rows = json.loads(second.body[0])
@@ -232,3 +240,66 @@ def test_garbage_is_counted_and_harmless(gw: Running) -> None:
     assert get(client).status == 202  # type: ignore[attr-defined]
     assert get(w).body == (b"still",)  # type: ignore[attr-defined]
     assert gw.gateway.edges["nfp"].stats()["undecodable"] >= 3
+
+
+def mmi_call(client: zmq.Socket[bytes], service: str, task: str, **kwargs: object) -> tuple[int, object]:
+    """A spec POST to a broker service; its (status, decoded JSON value)."""
+    body = json.dumps({"task": task, "kwargs": kwargs, "args": []}).encode()
+    post(client, service, body)
+    reply = get(client)
+    assert isinstance(reply, Response)
+    return reply.status, json.loads(reply.body[0])
+
+
+def test_mmi_show_clients_counts_open_jobs(gw: Running) -> None:
+    client = gw.dealer("nfp", b"busy-client")
+    post(client, "nobody", b"x")
+    assert get(client).status == 202  # type: ignore[attr-defined]
+    status, rows = mmi_call(client, "mmi.service.broker", "show_clients")
+    assert status == 200
+    mine = [row for row in rows if row["name"] == "busy-client"]  # type: ignore[union-attr]
+    assert mine and mine[0]["jobs"] == 1, rows
+
+
+def test_mmi_get_logs_returns_recent_gateway_records(gw: Running) -> None:
+    client = gw.dealer("nfp")
+    mmi_call(client, "mmi.service.broker", "restart")  # logged as a warning by the edge
+    until(lambda: any("management request" in line for line in gw.gateway.logs.lines))
+    status, records = mmi_call(client, "mmi.service.broker", "get_logs", last=0, level="warning")
+    assert status == 200
+    assert any("management request" in r["message"] for r in records), records  # type: ignore[union-attr]
+    assert all(r["level"] == "WARNING" for r in records)  # type: ignore[union-attr]
+
+
+def test_mmi_disconnect_without_name_disconnects_every_worker(gw: Running) -> None:
+    workers = [spec_worker(gw, "svc", name) for name in (b"d1", b"d2")]
+    client = gw.dealer("nfp")
+    status, _ = mmi_call(client, "mmi.service.broker", "disconnect")
+    assert status == 200
+    for w in workers:
+        assert isinstance(get(w), Disconnect)
+    until(lambda: not gw.gateway.router.workers())
+
+
+def test_sid_and_fss_answer_from_the_configured_inventory_and_root(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from .conftest import finish, start_gateway
+
+    root = Path(str(tmp_path))
+    (root / "files").mkdir()
+    (root / "files" / "hello.txt").write_text("hi there")
+    (root / "inventory.yaml").write_text("workers:\n  lab-*:\n    site: lab\n")
+    toml = f'[edges.nfp]\ninventory = "{root / "inventory.yaml"}"\nfiles_root = "{root / "files"}"\n'
+    running = start_gateway(root, toml)
+    try:
+        client = running.dealer("nfp")
+        status, inventory = mmi_call(client, "sid.service.broker", "get_inventory", name="lab-1")
+        assert (status, inventory) == (200, {"site": "lab"})
+        assert mmi_call(client, "sid.service.broker", "get_inventory", name="core-1") == (200, None)
+        status, listing = mmi_call(client, "fss.service.broker", "list_files", url="nf://")
+        assert status == 200 and "hello.txt" in listing, listing  # type: ignore[operator]
+        status, _ = mmi_call(client, "fss.service.broker", "list_files", url="nf://../")
+        assert status == 400
+    finally:
+        finish(running)

@@ -80,7 +80,9 @@ RANDOM = ("--bind", "nfp=tcp://127.0.0.1:0", "--bind", "dcp=tcp://127.0.0.1:0")
 def test_logs_each_edge_and_exits_0_on_sigterm(tmp_path: Path) -> None:
     server = start("--data-dir", str(tmp_path), *RANDOM)
     assert set(server.endpoints) == {"nfp", "dcp"}
-    assert all(url.startswith("tcp://127.0.0.1:") and not url.endswith(":0") for url in server.endpoints.values())
+    assert all(
+        url.startswith("tcp://127.0.0.1:") and not url.endswith(":0") for url in server.endpoints.values()
+    )
     assert stop(server) == 0
 
 
@@ -140,7 +142,9 @@ def test_accepted_job_survives_kill_9_and_is_dispatched_after_restart(
     client.setsockopt(zmq.IDENTITY, b"durable-client")
     client.connect(url)
     job = uuidlib.uuid4().hex
-    client.send_multipart(nfp.encode(Post(header=CLIENT, service="later", target="any", uuid=job, body=(b"x",))))
+    client.send_multipart(
+        nfp.encode(Post(header=CLIENT, service="later", target="any", uuid=job, body=(b"x",)))
+    )
     accepted = _recv(client)
     assert accepted.status == 202  # type: ignore[attr-defined]
     os.kill(server.proc.pid, signal.SIGKILL)
@@ -157,7 +161,9 @@ def test_accepted_job_survives_kill_9_and_is_dispatched_after_restart(
         worker.send_multipart(nfp.encode(Ready(service="later")))
         dispatched = _recv(worker)
         assert isinstance(dispatched, Post) and dispatched.uuid == job and dispatched.body == (b"x",)
-        worker.send_multipart(nfp.encode(Response(header=WORKER, service="later", uuid=job, status=200, body=(b"y",))))
+        worker.send_multipart(
+            nfp.encode(Response(header=WORKER, service="later", uuid=job, status=200, body=(b"y",)))
+        )
         # The relayed RESPONSE may reach the client or not (it may still be reconnecting
         # to the new process); the stored result is what GET serves either way.
         for _ in range(50):
@@ -173,4 +179,3 @@ def test_accepted_job_survives_kill_9_and_is_dispatched_after_restart(
     finally:
         client.close()
         assert stop(again) == 0
-

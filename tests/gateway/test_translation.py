@@ -40,7 +40,9 @@ def test_nfp_client_served_by_dcp_worker(gw: Running, dialect: str) -> None:
     client = gw.dealer("nfp", b"nfc")
     job = uuidlib.uuid4().hex
     body = b'{"task":"convert","kwargs":{"x":1},"args":[]}'
-    client.send_multipart(nfp.encode(Post(header=CLIENT, service="convert", target="any", uuid=job, body=(body,)), dialect))
+    client.send_multipart(
+        nfp.encode(Post(header=CLIENT, service="convert", target="any", uuid=job, body=(body,)), dialect)
+    )
     accepted = nfp_get(client, dialect)
     assert accepted.status == 202  # type: ignore[attr-defined]
     [name] = json.loads(accepted.body[0])["workers"]  # type: ignore[attr-defined]
@@ -48,7 +50,9 @@ def test_nfp_client_served_by_dcp_worker(gw: Running, dialect: str) -> None:
     request = dcp.decode(recv(worker))
     assert isinstance(request, DcpRequest) and request.data == (body,)
     assert request.client and request.client.startswith(b"nfgate:")  # a stand-in for a foreign client
-    worker.send_multipart(dcp.encode(DcpReply(client=request.client, metadata=request.metadata, data=(b'{"y":2}',))))
+    worker.send_multipart(
+        dcp.encode(DcpReply(client=request.client, metadata=request.metadata, data=(b'{"y":2}',)))
+    )
     reply = nfp_get(client, dialect)
     assert isinstance(reply, Response) and reply.status == 200 and reply.uuid == job
     if dialect == "norfab":  # wrapped as NorFab's {worker: Result}
@@ -66,7 +70,9 @@ def test_dcp_client_served_by_spec_nfp_worker(gw: Running) -> None:
     client.send_multipart(dcp.encode(DcpRequest(service=b"upper", metadata=(b"req-1",), data=(b"abc",))))
     post = nfp_get(worker)
     assert isinstance(post, Post) and post.body == (b"abc",) and post.service == "upper"
-    worker.send_multipart(nfp.encode(Response(header=WORKER, service="upper", uuid=post.uuid, status=200, body=(b"ABC",))))
+    worker.send_multipart(
+        nfp.encode(Response(header=WORKER, service="upper", uuid=post.uuid, status=200, body=(b"ABC",)))
+    )
     assert dcp.decode(recv(client)) == DcpReply(client=None, metadata=(b"req-1",), data=(b"ABC",))
 
 
@@ -78,14 +84,26 @@ def test_dcp_client_served_by_norfab_worker_via_get(gw: Running) -> None:
     client.send_multipart(dcp.encode(DcpRequest(service=b"nf", metadata=(b"m",), data=(b'{"task":"t"}',))))
     post = nfp_get(worker, "norfab")
     assert isinstance(post, Post) and post.client
-    worker.send_multipart(nfp.encode(Response(header=WORKER, client=post.client, uuid=post.uuid, status=201, body=(b"{}",)), "norfab"))
+    worker.send_multipart(
+        nfp.encode(
+            Response(header=WORKER, client=post.client, uuid=post.uuid, status=201, body=(b"{}",)), "norfab"
+        )
+    )
     ready = b'{"worker":"nfw","event_type":"result_ready"}'
-    worker.send_multipart(nfp.encode(Event(header=WORKER, client=post.client, uuid=post.uuid, status=200, body=(ready,)), "norfab"))
+    worker.send_multipart(
+        nfp.encode(
+            Event(header=WORKER, client=post.client, uuid=post.uuid, status=200, body=(ready,)), "norfab"
+        )
+    )
     fetch = nfp_get(worker, "norfab")
     assert isinstance(fetch, Get) and fetch.uuid == post.uuid
     assert nothing(client, 100)  # 201 and EVENT are not for DCP clients
     result = b'{"nfw":{"result":"done","failed":false}}'
-    worker.send_multipart(nfp.encode(Response(header=WORKER, client=post.client, uuid=post.uuid, status=200, body=(result,)), "norfab"))
+    worker.send_multipart(
+        nfp.encode(
+            Response(header=WORKER, client=post.client, uuid=post.uuid, status=200, body=(result,)), "norfab"
+        )
+    )
     assert dcp.decode(recv(client)) == DcpReply(client=None, metadata=(b"m",), data=(result,))
 
 
@@ -94,7 +112,9 @@ def test_queue_expiry_gives_nfp_408_and_dcp_nothing(tmp_path: object) -> None:
     try:
         client = gw.dealer("nfp")
         job = uuidlib.uuid4().hex
-        client.send_multipart(nfp.encode(Post(header=CLIENT, service="none", target="any", uuid=job, body=(b"x",))))
+        client.send_multipart(
+            nfp.encode(Post(header=CLIENT, service="none", target="any", uuid=job, body=(b"x",)))
+        )
         assert nfp_get(client).status == 202  # type: ignore[attr-defined]
         expired = nfp_get(client)
         assert expired.status == 408 and expired.uuid == job  # type: ignore[attr-defined]

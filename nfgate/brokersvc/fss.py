@@ -1,0 +1,283 @@
+"""``fss.service.broker``: files under one configured root, named by ``nf://`` URLs.
+
+Tasks mirror NorFab's FileSharing worker (``norfab/workers/filesharing_worker``):
+
+- ``list_files(url)``: names in a directory, sorted (NorFab: ``os.listdir``).
+- ``file_details(url)``: ``{"md5hash", "size_bytes", "exists"}`` as NorFab, plus
+  ``"sha256hash"`` and ``"modified"`` (mtime, Unix seconds). ``url`` may be a list:
+  then a dict keyed by URL, a missing or refused file being
+  ``{"md5hash": null, "size_bytes": null, "exists": false, "error": "..."}``.
+- ``walk(url)``: ``nf://`` URLs of the regular files below, sorted, without dot-files
+  and without dot- or ``__dunder__`` directories (NorFab skips ``__norfab__``-like paths).
+- ``fetch_file(url, offset=0, chunk_size=256000)``: one chunk as
+  ``{"url", "offset", "length", "size", "eof", "encoding": "base64", "data"}``. NorFab
+  streams the whole file with STREAM messages and client PUTs; a request/reply service
+  cannot, so the client asks again with ``offset + length`` until ``eof``. Chunks are
+  capped at :data:`MAX_CHUNK` bytes (a larger ``chunk_size`` is cut down, not refused;
+  ``length`` says what was sent).
+
+Refused with 400 and the reason: anything but ``nf://``, NUL bytes, absolute paths
+(``nf:///etc/passwd``, ``nf://C:/x``), ``..`` components, paths that resolve outside
+the root through a symlink, and non-regular files (a FIFO would block the broker).
+NorFab strips leading slashes instead; refusing says plainly that the URL was wrong.
+Missing: 404. Other OS errors (permissions): 500.
+
+Only the filesystem is touched, and only below the root.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import os
+import re
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+from nfgate.brokersvc import RequestError, param, unsupported
+from nfgate.errors import ConfigError
+from nfgate.model import Status
+
+__all__ = ["DEFAULT_CHUNK", "MAX_CHUNK", "MAX_ENTRIES", "FileRoot", "handle"]
+
+DEFAULT_CHUNK: Final = 256_000  # NorFab's default chunk_size
+MAX_CHUNK: Final = 1024 * 1024  # one reply stays well under the transports' message limit
+MAX_ENTRIES: Final = 10_000  # list_files/walk/file_details answers are bounded too
+
+_SCHEME: Final = "nf://"
+_DRIVE: Final = re.compile(r"[A-Za-z]:")
+_OPEN_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _root_dir(value: str | os.PathLike[str]) -> Path:
+    real = os.path.realpath(value)
+    if not os.path.isdir(real):
+        reason = "does not exist" if not os.path.exists(real) else "is not a directory"
+        raise ConfigError(f"{os.fspath(value)}: files_root {reason}")
+    return Path(real)
+
+
+# Positional, unlike the house's kw_only classes: FileRoot(path) reads as what it is.
+@attrs.frozen
+class FileRoot:
+    """The directory ``fss.service.broker`` serves; ``path`` is stored resolved
+    (realpath), so symlinks in the root's own path do not count as leaving it.
+
+    Raises:
+        ConfigError: the directory does not exist or is not a directory.
+    """
+
+    path: Path = attrs.field(converter=_root_dir)
+
+    def resolve(self, url: object) -> str:
+        """The real path ``url`` names under the root (which may not exist yet).
+
+        Raises:
+            RequestError: 400 with the reason, for every refusal listed in the module
+                docstring except "non-regular file", which is checked on open.
+        """
+        if not isinstance(url, str):
+            raise RequestError(Status.UNKNOWN, f"url must be a string, not {type(url).__name__}")
+        if "\x00" in url:
+            raise RequestError(Status.UNKNOWN, f"{url!r}: NUL byte in URL")
+        if not url.startswith(_SCHEME):
+            raise RequestError(Status.UNKNOWN, f"{url!r}: not an nf:// URL")
+        # Backslashes are separators to Windows clients; treat them so everywhere, so
+        # that nf://..\secret cannot slip past the ".." check below.
+        rel = url[len(_SCHEME) :].replace("\\", "/")
+        if rel.startswith("/") or _DRIVE.match(rel):
+            raise RequestError(
+                Status.UNKNOWN, f"{url!r}: absolute path; nf:// paths are relative to the files root"
+            )
+        parts = rel.split("/")
+        if ".." in parts:
+            raise RequestError(Status.UNKNOWN, f"{url!r}: '..' path components are not allowed")
+        root = str(self.path)
+        real = os.path.realpath(os.path.join(root, *(p for p in parts if p not in ("", "."))))
+        if os.path.commonpath([root, real]) != root:
+            raise RequestError(Status.UNKNOWN, f"{url!r}: resolves outside the files root (symlink)")
+        return real
+
+    def url_of(self, real: str) -> str:
+        """The ``nf://`` URL of ``real``, a resolved path under the root."""
+        rel = os.path.relpath(real, self.path)
+        return _SCHEME if rel == "." else _SCHEME + rel.replace(os.sep, "/")
+
+
+def handle(task: str, kwargs: Mapping[str, Any], args: Sequence[Any], root: FileRoot) -> tuple[int, Any]:
+    """Answer a ``fss.service.broker`` request; ``url`` is a kwarg or the first
+    positional argument. Unknown task: 200 ``"Unsupported task '<task>'"`` (NorFab);
+    refusals and bad arguments: 400; missing files: 404; never raises for a request."""
+    run = _TASKS.get(task)
+    if run is None:
+        return unsupported(task)
+    try:
+        return run(task, kwargs, args, root)
+    except RequestError as exc:
+        return exc.status, exc.message
+
+
+# ------------------------------------------------------------------------ tasks
+
+
+def _list_files(task: str, kwargs: Mapping[str, Any], args: Sequence[Any], root: FileRoot) -> tuple[int, Any]:
+    url = param(task, kwargs, args, "url", str, position=0)
+    real = _directory(root, url)
+    names: list[str] = []
+    try:
+        with os.scandir(real) as entries:
+            for entry in entries:
+                names.append(entry.name)
+                if len(names) > MAX_ENTRIES:
+                    raise RequestError(Status.UNKNOWN, f"'{url}': more than {MAX_ENTRIES} entries")
+    except OSError as exc:
+        raise _os_error(url, exc) from None
+    return Status.OK, sorted(names)
+
+
+def _file_details(
+    task: str, kwargs: Mapping[str, Any], args: Sequence[Any], root: FileRoot
+) -> tuple[int, Any]:
+    url = param(task, kwargs, args, "url", (str, list), position=0)
+    if isinstance(url, str):
+        return Status.OK, _details(root, url)
+    if len(url) > MAX_ENTRIES:
+        raise RequestError(Status.UNKNOWN, f"{task}: more than {MAX_ENTRIES} URLs")
+    if not all(isinstance(item, str) for item in url):
+        raise RequestError(Status.UNKNOWN, f"{task}: 'url' must be a string or a list of strings")
+    out: dict[str, Any] = {}
+    for item in url:
+        try:
+            out[item] = _details(root, item)
+        except RequestError as exc:
+            # NorFab's per-URL failure, flattened: the client reads "exists".
+            out[item] = {"md5hash": None, "size_bytes": None, "exists": False, "error": exc.message}
+    return Status.OK, out
+
+
+def _walk(task: str, kwargs: Mapping[str, Any], args: Sequence[Any], root: FileRoot) -> tuple[int, Any]:
+    url = param(task, kwargs, args, "url", str, position=0)
+    top = _directory(root, url)
+    found: list[str] = []
+    # followlinks=False: a symlinked directory is not entered, so a link cannot lead the
+    # walk out of the root or round in a loop; symlinked files are checked one by one.
+    # Unreadable subdirectories are skipped (os.walk's default), as NorFab's walk does.
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(
+            d for d in dirnames if not _hidden(d) and not (d.startswith("__") and d.endswith("__"))
+        )
+        for name in filenames:
+            if _hidden(name):
+                continue
+            real = os.path.realpath(os.path.join(dirpath, name))
+            if os.path.commonpath([str(root.path), real]) != str(root.path) or not os.path.isfile(real):
+                continue
+            found.append(root.url_of(os.path.join(dirpath, name)))
+            if len(found) > MAX_ENTRIES:
+                raise RequestError(
+                    Status.UNKNOWN, f"'{url}': more than {MAX_ENTRIES} files; walk a subdirectory"
+                )
+    return Status.OK, sorted(found)
+
+
+def _fetch_file(task: str, kwargs: Mapping[str, Any], args: Sequence[Any], root: FileRoot) -> tuple[int, Any]:
+    url = param(task, kwargs, args, "url", str, position=0)
+    offset = param(task, kwargs, args, "offset", int, default=0)
+    chunk_size = param(task, kwargs, args, "chunk_size", int, default=DEFAULT_CHUNK)
+    if offset < 0:
+        raise RequestError(Status.UNKNOWN, f"{task}: 'offset' must be 0 or more, not {offset}")
+    if chunk_size < 1:
+        raise RequestError(Status.UNKNOWN, f"{task}: 'chunk_size' must be 1 or more, not {chunk_size}")
+    with _open_regular(root, url) as file:
+        size = os.fstat(file.fileno()).st_size
+        if offset > size:
+            raise RequestError(Status.UNKNOWN, f"'{url}': offset {offset} is past the end ({size} bytes)")
+        file.seek(offset)
+        data = file.read(min(chunk_size, MAX_CHUNK))
+    return Status.OK, {
+        "url": url,
+        "offset": offset,
+        "length": len(data),
+        "size": size,
+        "eof": offset + len(data) >= size,
+        "encoding": "base64",
+        "data": base64.b64encode(data).decode("ascii"),
+    }
+
+
+_Task = Callable[[str, Mapping[str, Any], Sequence[Any], FileRoot], tuple[int, Any]]
+
+_TASKS: Final[Mapping[str, _Task]] = {
+    "list_files": _list_files,
+    "file_details": _file_details,
+    "walk": _walk,
+    "fetch_file": _fetch_file,
+}
+
+
+# ------------------------------------------------------------------------ helpers
+
+
+def _directory(root: FileRoot, url: str) -> str:
+    real = root.resolve(url)
+    if not os.path.exists(real):
+        raise RequestError(Status.NOT_FOUND, f"'{url}': directory not found")
+    if not os.path.isdir(real):
+        raise RequestError(Status.UNKNOWN, f"'{url}': not a directory")
+    return real
+
+
+def _details(root: FileRoot, url: str) -> dict[str, Any]:
+    md5, sha256 = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    with _open_regular(root, url) as file:
+        info = os.fstat(file.fileno())
+        while chunk := file.read(65536):
+            md5.update(chunk)
+            sha256.update(chunk)
+    return {
+        "md5hash": md5.hexdigest(),  # NorFab's client compares this with its cached copy
+        "size_bytes": info.st_size,
+        "exists": True,
+        "sha256hash": sha256.hexdigest(),
+        "modified": info.st_mtime,
+    }
+
+
+def _open_regular(root: FileRoot, url: str) -> io.BufferedReader:
+    """``url`` opened for binary reading, checked to be a regular file on the open
+    descriptor itself (checking the path first would leave a window to swap it).
+
+    Raises RequestError: 404 missing, 400 directory or other non-regular file, 500
+    other OS errors.
+    """
+    real = root.resolve(url)
+    try:
+        fd = os.open(real, _OPEN_FLAGS)
+    except OSError as exc:
+        raise _os_error(url, exc) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "is a directory" if stat.S_ISDIR(mode) else "is not a regular file"
+            raise RequestError(Status.UNKNOWN, f"'{url}': {kind}")
+        return open(fd, "rb")  # the caller's `with` closes it
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _os_error(url: str, exc: OSError) -> RequestError:
+    if isinstance(exc, FileNotFoundError | NotADirectoryError):
+        return RequestError(Status.NOT_FOUND, f"'{url}': file not found")
+    if isinstance(exc, IsADirectoryError):
+        return RequestError(Status.UNKNOWN, f"'{url}': is a directory")
+    return RequestError(Status.ERROR, f"'{url}': {exc.strerror or exc}")
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".")

@@ -1,0 +1,273 @@
+"""``sid.service.broker``: the broker's Simple Inventory Datastore.
+
+A worker asks for its own configuration with task ``get_inventory``, kwargs
+``{"name": <worker name>}`` (NorFab's ``NFPWorker.load_inventory`` does this at start)
+and gets the merged dict, or ``null`` when the inventory has nothing for it.
+
+Inventory file (``.yaml``/``.yml`` or ``.toml``), NorFab's ``inventory.yaml`` shape::
+
+    broker: {...}          # other top-level sections are kept only for the MMI task
+    topology: {...}        # show_broker_inventory (see Inventory.as_dict)
+    workers:
+      # simple form: a worker name (or glob) -> its inventory dict
+      w1:
+        service: echosvc
+        foo: bar
+      # NorFab form: a glob -> list of files and/or dicts, merged in order
+      "nornir-*":
+        - nornir/common.yaml             # relative to the inventory file's folder
+        - {runner: {plugin: RetryRunner}}
+      nornir-worker-1:
+        - nornir/nornir-worker-1.yaml
+
+Keys are ``fnmatch`` globs, matched case-sensitively against the worker name. For a
+worker, every matching key contributes its items in file order (an item that an earlier
+key already gave is not merged twice) and they are merged as NorFab merges them: dicts
+recursively, lists by appending missing elements, anything else replaced. An empty
+result is "no inventory" (``null``), as in NorFab.
+
+Differences from NorFab: referenced files are read once, by :func:`load_inventory`
+(NorFab re-reads them on every request), so a missing or broken file is a start-up
+:class:`~nfgate.errors.ConfigError` rather than a failed request; files may be TOML as
+well as YAML; they are not rendered as Jinja2 templates. Dates and times from YAML/TOML
+become ISO 8601 strings so every answer is plain JSON.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import fnmatch
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import yaml  # type: ignore[import-untyped]
+
+from nfgate.brokersvc import RequestError, param, unsupported
+from nfgate.errors import ConfigError
+from nfgate.model import Status
+
+__all__ = ["Inventory", "get_inventory", "handle", "load_inventory", "merge"]
+
+# What NorFab's show_broker_inventory always has, so an nfgate inventory without some
+# of them still answers in the shape NorFab's clients print.
+_NORFAB_SECTIONS = ("broker", "workers", "topology", "logging", "client", "hooks", "plugins")
+
+
+@attrs.frozen(kw_only=True)
+class Inventory:
+    """A loaded inventory: ``entries`` pairs each ``workers`` key (a glob) with its items,
+    already read from their files, each as ``(source, data)`` where ``source`` is the
+    file's path, or ``""`` for a dict written inline. ``sections`` is the file's top
+    level as loaded.
+
+    Nothing inside is handed out: every answer is a deep copy, so a caller that edits
+    a reply cannot change what the next worker gets.
+    """
+
+    path: Path
+    entries: tuple[tuple[str, tuple[tuple[str, Mapping[str, Any]], ...]], ...] = ()
+    sections: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def patterns(self) -> tuple[str, ...]:
+        """The ``workers`` keys, in file order."""
+        return tuple(pattern for pattern, _ in self.entries)
+
+    def lookup(self, name: str) -> dict[str, Any] | None:
+        """The merged inventory of worker ``name``, or None when nothing matches or the
+        merge is empty (NorFab's ``KeyError``, answered as ``null``)."""
+        merged: dict[str, Any] = {}
+        seen: list[object] = []
+        for pattern, items in self.entries:
+            if not fnmatch.fnmatchcase(name, pattern):
+                continue
+            for source, data in items:
+                # NorFab collects the items of all matching keys first and skips
+                # repeats (by path for files, by equality for inline dicts), so a
+                # common file listed under two globs is merged once.
+                key: object = source or data
+                if key in seen:
+                    continue
+                seen.append(key)
+                merge(merged, copy.deepcopy(dict(data)))
+        return merged or None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The inventory as NorFab's ``show_broker_inventory`` returns it: the file's
+        sections (``workers`` as written, files unread), every NorFab section present."""
+        out: dict[str, Any] = {section: {} for section in _NORFAB_SECTIONS}
+        out.update(copy.deepcopy(dict(self.sections)))
+        return out
+
+
+def merge(data: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    """Merge ``extra`` into ``data`` in place, as NorFab's ``merge_recursively``: nested
+    dicts merge, lists gain the elements they lack, any other value is replaced."""
+    for key, value in extra.items():
+        old = data.get(key)
+        if key not in data:
+            data[key] = value
+        elif isinstance(old, list) and isinstance(value, list):
+            for item in value:  # one at a time: repeats within `value` are skipped too
+                if item not in old:
+                    old.append(item)
+        elif isinstance(old, dict) and isinstance(value, dict):
+            merge(old, value)
+        else:
+            data[key] = value
+
+
+def load_inventory(path: Path | str) -> Inventory:
+    """Read the inventory file at ``path`` and every file its ``workers`` section names.
+
+    Raises:
+        ConfigError: one line naming the file and the problem: missing or unreadable
+            file, invalid YAML/TOML, unknown extension, or a shape other than the one in
+            the module docstring.
+    """
+    path = Path(path)
+    top = _read_mapping(path, what="inventory")
+    workers = top.get("workers")
+    if workers is None:
+        workers = {}
+    if not isinstance(workers, dict):
+        raise ConfigError(f"{path}: 'workers' must be a mapping of worker names to inventories")
+    loaded: dict[Path, Mapping[str, Any]] = {}  # a file named under several globs is read once
+    entries = []
+    for pattern, value in workers.items():
+        if not isinstance(pattern, str) or not pattern:
+            raise ConfigError(f"{path}: workers key {pattern!r} must be a non-empty string")
+        where = f"workers.{pattern}"
+        if isinstance(value, dict):
+            items = [value]
+        elif isinstance(value, list):
+            items = value
+        else:
+            raise ConfigError(
+                f"{path}: {where} must be a mapping or a list of files and mappings, "
+                f"not {type(value).__name__}"
+            )
+        resolved: list[tuple[str, Mapping[str, Any]]] = []
+        for index, item in enumerate(items):
+            if isinstance(item, dict):
+                resolved.append(("", item))
+            elif isinstance(item, str) and item:
+                file = path.parent / item
+                if file not in loaded:
+                    loaded[file] = _read_mapping(file, what=f"{path}: {where}[{index}]")
+                resolved.append((str(file), loaded[file]))
+            else:
+                raise ConfigError(
+                    f"{path}: {where}[{index}] must be a file path or a mapping, not {type(item).__name__}"
+                )
+        entries.append((pattern, tuple(resolved)))
+    return Inventory(path=path, entries=tuple(entries), sections=top)
+
+
+def get_inventory(inv: Inventory, name: object) -> tuple[int, Any]:
+    """``(200, merged dict)`` for worker ``name``; ``(200, None)`` when the inventory has
+    nothing for it (NorFab answers ``null``, its workers then start with ``{}``); ``(400,
+    message)`` when ``name`` is not a non-empty string."""
+    if not isinstance(name, str) or not name:
+        return Status.UNKNOWN, "get_inventory: 'name' must be a non-empty string"
+    return Status.OK, inv.lookup(name)
+
+
+def handle(task: str, kwargs: Mapping[str, Any], args: Sequence[Any], inv: Inventory) -> tuple[int, Any]:
+    """Answer a ``sid.service.broker`` request: task ``get_inventory`` (kwarg ``name``, or
+    the first positional argument). Unknown task: 200 ``"Unsupported task '<task>'"``, as
+    NorFab. A missing or non-string ``name``: 400 (NorFab sends no reply at all)."""
+    if task != "get_inventory":
+        return unsupported(task)
+    try:
+        name = param(task, kwargs, args, "name", str, position=0)
+    except RequestError as exc:
+        return exc.status, exc.message
+    return get_inventory(inv, name)
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def _read_mapping(path: Path, *, what: str) -> dict[str, Any]:
+    """One YAML or TOML file whose top level is a mapping, made JSON-able.
+
+    ``what`` says who asked for it, so an error in a referenced file names both files.
+    Raises ConfigError.
+    """
+    prefix = f"{path}" if what == "inventory" else f"{what}: {path}"
+    suffix = path.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".toml"):
+        raise ConfigError(
+            f"{prefix}: unknown inventory format {suffix or '(no extension)'!r}; use .yaml, .yml or .toml"
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{prefix}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{prefix}: cannot read: {_reason(exc)}") from None
+    data: Any
+    if suffix == ".toml":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{prefix}: invalid TOML: {exc}") from None
+    else:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{prefix}: invalid YAML: {_yaml_reason(exc)}") from None
+    if data is None and what != "inventory":
+        data = {}  # an empty included file adds nothing; an empty inventory is a mistake
+    if not isinstance(data, dict):
+        shape = "empty" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(f"{prefix}: the top level must be a mapping, the file is {shape}")
+    try:
+        clean: dict[str, Any] = _jsonable(data, "")
+    except ValueError as exc:
+        raise ConfigError(f"{prefix}: {exc}") from None
+    return clean
+
+
+def _jsonable(value: Any, where: str) -> Any:
+    """``value`` with dates as ISO strings and mapping keys as strings; raises ValueError
+    for anything JSON cannot carry (YAML ``!!binary``, ``!!set``...)."""
+    if isinstance(value, dict):
+        return {_key(k, where): _jsonable(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise ValueError(f"{where or 'value'}: a {type(value).__name__} cannot be sent as JSON")
+
+
+def _key(key: Any, where: str) -> str:
+    # YAML allows `1: x` or `null: x`; JSON keys are strings, and json.dumps would turn
+    # them into strings anyway, so do it once here where an odd key can be reported.
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool):
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    if isinstance(key, int | float):
+        return str(key)
+    raise ValueError(f"{where or 'top level'}: key {key!r} cannot be a JSON object key")
+
+
+def _yaml_reason(exc: yaml.YAMLError) -> str:
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return f"{problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return str(problem)
+
+
+def _reason(exc: Exception) -> str:
+    return getattr(exc, "strerror", None) or str(exc)

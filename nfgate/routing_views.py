@@ -1,0 +1,65 @@
+"""Read-only views of the routing core's state: the service catalog and worker snapshots.
+
+Kept apart from :mod:`nfgate.routing` because they only read its tables: they answer
+management and discovery questions (DBP info, ``mmi.service.broker``) and never change
+what is routed.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+
+from nfgate.model import Catalog, CatalogEntry, Lookup, Peer, ServiceRef
+from nfgate.queues import WorkerState
+from nfgate.routing_types import WorkerInfo
+
+__all__ = ["catalog", "worker_infos"]
+
+
+def worker_infos(
+    workers: Iterable[WorkerState], liveness: Mapping[int, OrderedDict[Peer, int]]
+) -> list[WorkerInfo]:
+    """One :class:`WorkerInfo` per registered worker; ``liveness`` maps a timeout to the
+    workers watched with it and the time each was last heard from."""
+    return [
+        WorkerInfo(
+            peer=w.peer,
+            name=w.name,
+            services=w.services,
+            in_flight=len(w.in_flight),
+            capacity=w.capacity,
+            since_ms=w.since,
+            timeout_ms=w.timeout,
+            last_seen_ms=liveness[w.timeout].get(w.peer, w.since) if w.timeout else w.since,
+        )
+        for w in workers
+    ]
+
+
+def catalog(
+    cmd: Lookup, providers: Mapping[str, Mapping[Peer, None]], workers: Mapping[Peer, WorkerState]
+) -> Catalog:
+    """The catalog answer to ``cmd``: one entry per (service, version) with its worker count
+    and the protocols those workers speak; query ``""`` or ``"*"`` lists every service."""
+    query = cmd.query
+    names: Iterable[str] = sorted(providers) if query in ("", "*") else (query,)
+    entries: list[CatalogEntry] = []
+    for name in names:
+        groups: dict[str | None, tuple[int, set[str]]] = {}
+        for peer in providers.get(name, ()):
+            for ref in workers[peer].services:
+                if ref.name == name:
+                    count, protocols = groups.get(ref.version, (0, set()))
+                    protocols.add(peer.protocol)
+                    groups[ref.version] = (count + 1, protocols)
+        for version in sorted(groups, key=lambda x: (x is not None, x or "")):
+            count, protocols = groups[version]
+            entries.append(
+                CatalogEntry(
+                    service=ServiceRef(name=name, version=version),
+                    workers=count,
+                    protocols=tuple(sorted(protocols)),
+                )
+            )
+    return Catalog(peer=cmd.peer, entries=entries)

@@ -1,0 +1,559 @@
+"""The services an NFP broker answers itself (nfgate.brokersvc): mmi, sid and fss.
+
+NorFab's own code is the reference where NorFab has the task: get_stats is validated
+with NorFab's monitoring model, and inventory merging is compared with NorFab's
+WorkersInventory on the same files.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml  # type: ignore[import-untyped]
+
+from nfgate.brokersvc import fss, mmi, sid
+from nfgate.errors import ConfigError
+
+# ----------------------------------------------------------------------------- mmi
+
+
+def worker(name: str, service: str = "echosvc", **kw: Any) -> mmi.WorkerInfo:
+    defaults: dict[str, Any] = {
+        "protocol": "nfp",
+        "edge": "nfp",
+        "holdtime_s": 14.345,
+        "keepalives_tx": 2,
+        "keepalives_rx": 3,
+        "alive_s": 5.9,
+    }
+    return mmi.WorkerInfo(name=name, service=service, **{**defaults, **kw})
+
+
+def view(*workers: mmi.WorkerInfo, **kw: Any) -> mmi.BrokerView:
+    broker = mmi.BrokerInfo(
+        version="0.1.0",
+        started=1_700_000_000.0,
+        uptime_s=61.25,
+        endpoints=(("dcp", "dcp", "tcp://127.0.0.1:5556"), ("nfp", "nfp", "tcp://127.0.0.1:5555")),
+        inventory="/etc/nfgate/inventory.yaml",
+    )
+    return mmi.BrokerView(broker=broker, workers=workers, **kw)
+
+
+def run(task: str, v: mmi.BrokerView, **kwargs: Any) -> mmi.MmiResult:
+    result = mmi.handle(task, kwargs, [], v)
+    json.dumps(result.value)  # the edge JSON-encodes every answer
+    return result
+
+
+def test_show_workers_rows_are_norfabs() -> None:
+    result = run("show_workers", view(worker("w1"), worker("w2", status="dead")))
+    assert result.status == 200 and result.action is None
+    assert result.value == [
+        {
+            "name": "w1",
+            "service": "echosvc",
+            "status": "alive",
+            "holdtime": "14.3",
+            "keepalives tx/rx": "2 / 3",
+            "alive (s)": "5",
+        },
+        {
+            "name": "w2",
+            "service": "echosvc",
+            "status": "dead",
+            "holdtime": "14.3",
+            "keepalives tx/rx": "2 / 3",
+            "alive (s)": "5",
+        },
+    ]
+
+
+def test_show_workers_filters() -> None:
+    v = view(worker("w1"), worker("w2", service="nornir", status="dead"), worker("w3", service="a,nornir"))
+
+    def names(**kw: Any) -> list[str]:
+        return [row["name"] for row in run("show_workers", v, **kw).value]
+
+    assert names(service="all") == ["w1", "w2", "w3"]
+    assert names(service="nornir") == ["w2", "w3"]  # w3 serves two services
+    assert names(status="dead") == ["w2"]
+    assert names(status="alive", service="nornir") == ["w3"]
+    assert names(status="any") == ["w1", "w2", "w3"]  # what nfcli sends for "no filter"
+    assert names(service=None, status=None) == ["w1", "w2", "w3"]  # JSON nulls: not given
+
+
+def test_show_workers_empty_is_norfabs_placeholder_row() -> None:
+    placeholder = [{"name": "", "service": "", "status": ""}]
+    assert run("show_workers", view()).value == placeholder
+    assert run("show_workers", view(worker("w1")), service="nope").value == placeholder
+
+
+def test_show_workers_details_adds_gateway_columns() -> None:
+    (row,) = run(
+        "show_workers", view(worker("w1", edge="dcp", protocol="dcp", in_flight=4)), details=True
+    ).value
+    assert (row["protocol"], row["edge"], row["in flight"]) == ("dcp", "dcp", 4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "word"),
+    [({"service": 5}, "'service'"), ({"status": "busy"}, "'status'"), ({"details": 1}, "'details'")],
+)
+def test_show_workers_bad_kwargs_are_400(kwargs: dict[str, Any], word: str) -> None:
+    result = run("show_workers", view(worker("w1")), **kwargs)
+    assert result.status == 400 and word in result.value and result.action is None
+
+
+def test_unknown_task_is_norfabs_200_text() -> None:
+    assert run("frobnicate", view()) == mmi.MmiResult(status=200, value="Unsupported task 'frobnicate'")
+
+
+def test_kwargs_must_be_a_mapping() -> None:
+    result = mmi.handle("show_workers", [], [], view())  # type: ignore[arg-type]
+    assert result.status == 400
+
+
+def test_restart_and_shutdown_hand_back_actions() -> None:
+    v = view(worker("w1"))
+    restart, shutdown = run("restart", v), run("shutdown", v)
+    assert restart.status == shutdown.status == 200
+    assert restart.action == mmi.Action(kind=mmi.ActionKind.RESTART)
+    assert shutdown.action == mmi.Action(kind=mmi.ActionKind.SHUTDOWN)
+
+
+def test_disconnect_one_all_and_unknown() -> None:
+    v = view(worker("w1"), worker("w2"))
+    one = run("disconnect", v, name="w2")
+    assert one.status == 200 and one.action == mmi.Action(kind=mmi.ActionKind.DISCONNECT, worker="w2")
+    by_arg = mmi.handle("disconnect", {}, ["w1"], v)
+    assert by_arg.action == mmi.Action(kind=mmi.ActionKind.DISCONNECT, worker="w1")
+    every = run("disconnect", v)  # the spec: "disconnect all workers"
+    assert every.action == mmi.Action(kind=mmi.ActionKind.DISCONNECT, worker=None)
+    unknown = run("disconnect", v, name="ghost")
+    assert unknown.status == 400 and "ghost" in unknown.value and unknown.action is None
+    assert run("disconnect", v, name=["w1"]).status == 400
+
+
+def test_get_stats_is_valid_norfab_broker_monitoring_stats() -> None:
+    monitoring = pytest.importorskip("norfab.core.monitoring")
+    stats = {"sent": 10, "received": 12, "accepted": 3}
+    v = view(worker("w1"), worker("w2", service="nornir", status="dead"), stats=stats)
+    value = run("get_stats", v).value
+    parsed = monitoring.BrokerMonitoringStats.model_validate_json(json.dumps(value))
+    assert parsed.endpoint == "tcp://127.0.0.1:5555"  # the NFP edge, not the first edge
+    assert (parsed.worker_count, parsed.service_count) == (2, 2)
+    assert (
+        parsed.messaging.sent == 10
+        and parsed.messaging.received == 12
+        and parsed.messaging.send_failures == 0
+    )
+    assert parsed.process.uptime_seconds == 61
+    assert parsed.collected_at.timestamp() == pytest.approx(1_700_000_061.25)
+    assert [w.keepalives_received for w in parsed.workers] == [3, 3]
+    assert parsed.workers[1].status == "dead" and parsed.workers[0].holdtime_seconds == 14.3
+
+
+def test_worker_status_is_alive_or_dead() -> None:
+    with pytest.raises(ValueError):
+        worker("w1", status="busy")
+
+
+def test_get_status_and_versions() -> None:
+    status = run("get_status", view()).value
+    assert status["name"] == "NFPBroker" and status["role"] == "broker" and status["status"] == "active"
+    assert status["endpoint"] == "tcp://127.0.0.1:5555"
+    assert status["directories"]["inventory"] == "/etc/nfgate/inventory.yaml"
+    assert {"edge": "dcp", "protocol": "dcp", "url": "tcp://127.0.0.1:5556"} in status["endpoints"]
+    versions = run("show_broker_version", view()).value
+    assert versions["nfgate"] == "0.1.0" and versions["python"].count(".") == 2 and versions["platform"]
+
+
+def test_show_broker_inventory(tmp_path: Path) -> None:
+    skeleton = run("show_broker_inventory", view()).value
+    assert skeleton == {
+        k: {} for k in ("broker", "workers", "topology", "logging", "client", "hooks", "plugins")
+    }
+    path = tmp_path / "inventory.yaml"
+    path.write_text("broker: {endpoint: 'tcp://127.0.0.1:5555'}\nworkers: {w1: {service: echosvc}}\n")
+    v = view(inventory=sid.load_inventory(path).as_dict())
+    value = run("show_broker_inventory", v).value
+    assert value["broker"] == {"endpoint": "tcp://127.0.0.1:5555"}
+    assert value["workers"] == {"w1": {"service": "echosvc"}} and value["topology"] == {}
+    value["workers"]["w1"]["service"] = "changed"  # a reply is a copy
+    assert run("show_broker_inventory", v).value["workers"]["w1"]["service"] == "echosvc"
+
+
+LOGS = (
+    json.dumps({"ts": "2026-01-01T10:00:00", "level": "INFO", "logger": "nfgate.edge.nfp", "message": "a"}),
+    json.dumps({"ts": "2026-01-01T10:00:05", "level": "WARNING", "logger": "nfgate.core", "message": "b"}),
+    "plain text line",
+    json.dumps({"ts": "2026-01-01T10:00:09", "level": "info", "logger": "nfgate.core", "message": "c"}),
+)
+
+
+def test_get_logs_records_and_filters() -> None:
+    v = view(logs=LOGS)
+
+    def messages(**kw: Any) -> list[str]:
+        return [r["message"] for r in run("get_logs", v, **kw).value]
+
+    records = run("get_logs", v).value
+    assert [r["message"] for r in records] == ["a", "b", "plain text line", "c"]
+    assert all(r["role"] == "broker" and r["name"] == "NFPBroker" for r in records)
+    assert messages(level="info") == ["a", "c"]  # case-insensitive, as NorFab
+    assert messages(logger="nfgate.core") == ["b", "c"]
+    assert messages(since="2026-01-01T10:00:05", until="2026-01-01T10:00:08") == ["b"]
+    assert messages(last=2) == ["plain text line", "c"]
+    assert messages(last=0) == ["a", "b", "plain text line", "c"]  # 0: all, as NorFab
+    assert run("get_logs", v, last=-1).status == 400
+    assert run("get_logs", v, last="5").status == 400
+    assert run("get_logs", v, last=True).status == 400  # JSON true is not a count
+
+
+def test_spec_show_tasks() -> None:
+    clients = (mmi.ClientInfo(name="c1", protocol="nfp", edge="nfp", last_seen_s=1.26, jobs=2),)
+    w = (worker("w1"), worker("w2", service="nornir", protocol="dcp", edge="dcp", in_flight=3, status="dead"))
+    v = view(*w, clients=clients, stats={"accepted": 5, "replied": 4})
+    broker = run("show_broker", v).value
+    assert (broker["workers"], broker["services"], broker["clients"]) == (2, 2, 1)
+    assert broker["stats"] == {"accepted": 5, "replied": 4} and broker["uptime (s)"] == 61.2
+    assert broker["started"].startswith("2023-11-14T22:13:20")
+    assert run("show_clients", v).value == [
+        {"name": "c1", "protocol": "nfp", "edge": "nfp", "last seen (s)": 1.3, "jobs": 2}
+    ]
+    assert run("show_clients", view()).value == []
+    services = {row["service"]: row for row in run("show_services", v).value}
+    assert services["nornir"] == {
+        "service": "nornir",
+        "workers": 1,
+        "alive": 0,
+        "protocols": ["dcp"],
+        "edges": ["dcp"],
+        "in flight": 3,
+    }
+    assert services["echosvc"]["alive"] == 1
+
+
+def test_pure_modules_import_no_io() -> None:
+    forbidden = {"zmq", "pynng", "socket", "time", "random", "threading", "asyncio", "logging", "selectors"}
+    folder = Path(mmi.__file__).parent
+    for path in sorted(folder.glob("*.py")):
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported.add(node.module.split(".")[0])
+        assert not imported & forbidden, f"{path.name} imports {sorted(imported & forbidden)}"
+
+
+# ----------------------------------------------------------------------------- sid
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_simple_yaml_inventory(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "inv.yaml", "workers:\n  w1:\n    service: echosvc\n    foo: bar\n    day: 2024-01-02\n"
+    )
+    inv = sid.load_inventory(path)
+    assert sid.get_inventory(inv, "w1") == (200, {"service": "echosvc", "foo": "bar", "day": "2024-01-02"})
+    assert sid.get_inventory(inv, "w2") == (200, None)  # NorFab answers null
+    assert sid.handle("get_inventory", {"name": "w1"}, [], inv)[1]["foo"] == "bar"
+    assert sid.handle("get_inventory", {}, ["w1"], inv)[1]["foo"] == "bar"
+    status, value = sid.handle("get_inventory", {}, [], inv)
+    assert status == 400 and "name" in value
+    assert sid.handle("get_inventory", {"name": 3}, [], inv)[0] == 400
+    assert sid.handle("list", {}, [], inv) == (200, "Unsupported task 'list'")
+
+
+NORFAB_FORM = """\
+broker: {endpoint: "tcp://127.0.0.1:5555"}
+workers:
+  nornir-*:
+    - nornir/common.yaml
+    - {runner: {plugin: RetryRunner}, tags: [a]}
+  nornir-worker-1:
+    - nornir/common.yaml
+    - nornir/nornir-worker-1.yaml
+    - {tags: [b, a]}
+  "*-2":
+    - nornir/extra.toml
+  lonely: {}
+"""
+
+
+def norfab_files(tmp_path: Path) -> Path:
+    write(
+        tmp_path / "nornir/common.yaml", "service: nornir\nrunner: {options: {num_workers: 100}}\ntags: [c]\n"
+    )
+    write(
+        tmp_path / "nornir/nornir-worker-1.yaml", "hosts: {r1: {platform: ios}}\nrunner: {options: {x: 1}}\n"
+    )
+    write(tmp_path / "nornir/extra.toml", 'service = "other"\n[hosts.r2]\nplatform = "eos"\n')
+    return write(tmp_path / "inventory.yaml", NORFAB_FORM)
+
+
+def test_norfab_glob_form_merges_as_norfab(tmp_path: Path) -> None:
+    inv = sid.load_inventory(norfab_files(tmp_path))
+    _, w1 = sid.get_inventory(inv, "nornir-worker-1")
+    assert w1 == {
+        "service": "nornir",
+        "runner": {"options": {"num_workers": 100, "x": 1}, "plugin": "RetryRunner"},
+        "tags": ["c", "a", "b"],  # lists gain what they lack; common.yaml merged once
+        "hosts": {"r1": {"platform": "ios"}},
+    }
+    _, w2 = sid.get_inventory(inv, "nornir-worker-2")
+    assert w2["service"] == "other" and w2["hosts"] == {"r2": {"platform": "eos"}}
+    assert sid.get_inventory(inv, "lonely") == (200, None)  # an empty merge is "nothing"
+    assert sid.get_inventory(inv, "NORNIR-worker-1") == (200, None)  # globs are case-sensitive
+    assert inv.as_dict()["workers"]["nornir-*"][0] == "nornir/common.yaml"  # as written
+
+
+def test_merge_agrees_with_norfab_workers_inventory(tmp_path: Path) -> None:
+    norfab_inventory = pytest.importorskip("norfab.core.inventory")
+    path = norfab_files(tmp_path)
+    # NorFab reads only YAML: compare on the YAML-only globs.
+    data = yaml.safe_load(path.read_text())["workers"]
+    del data["*-2"]
+    theirs = norfab_inventory.WorkersInventory(str(tmp_path), data)
+    ours = sid.load_inventory(write(tmp_path / "yaml-only.yaml", yaml.safe_dump({"workers": data})))
+    for name in ("nornir-worker-1", "nornir-worker-7"):
+        assert sid.get_inventory(ours, name)[1] == theirs[name]
+
+
+def test_toml_inventory(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "inv.toml",
+        '[workers.w1]\nservice = "echosvc"\n\n[workers."fs-*"]\nbase_dir = "/srv"\n',
+    )
+    inv = sid.load_inventory(path)
+    assert sid.get_inventory(inv, "w1") == (200, {"service": "echosvc"})
+    assert sid.get_inventory(inv, "fs-1") == (200, {"base_dir": "/srv"})
+    assert inv.patterns() == ("w1", "fs-*")
+
+
+def test_answers_are_copies(tmp_path: Path) -> None:
+    inv = sid.load_inventory(write(tmp_path / "inv.yaml", "workers: {w1: {hosts: {r1: {}}}}\n"))
+    first = sid.get_inventory(inv, "w1")[1]
+    first["hosts"]["r1"]["changed"] = True
+    assert sid.get_inventory(inv, "w1")[1] == {"hosts": {"r1": {}}}
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "problem"),
+    [
+        ("missing.yaml", None, "file not found"),
+        ("bad.yaml", "workers:\n  w1: [unclosed\n", "invalid YAML"),
+        ("bad.toml", "[workers\n", "invalid TOML"),
+        ("list.yaml", "- a\n- b\n", "top level must be a mapping"),
+        ("empty.yaml", "", "empty"),
+        ("shape.yaml", "workers: [w1, w2]\n", "'workers' must be a mapping"),
+        ("value.yaml", "workers: {w1: 5}\n", "workers.w1 must be"),
+        ("item.yaml", "workers: {w1: [5]}\n", "workers.w1[0]"),
+        ("ref.yaml", "workers: {w1: [nope/there.yaml]}\n", "there.yaml: file not found"),
+        ("inv.json", "{}", "unknown inventory format"),
+        ("binary.yaml", "workers: {w1: {blob: !!binary aGk=}}\n", "cannot be sent as JSON"),
+    ],
+)
+def test_broken_inventory_is_one_line_config_error(
+    tmp_path: Path, name: str, text: str | None, problem: str
+) -> None:
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        sid.load_inventory(path)
+    message = str(info.value)
+    assert name in message and problem in message and "\n" not in message
+
+
+# ----------------------------------------------------------------------------- fss
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    write(root / "a.txt", "alpha\n")
+    write(root / "sub/b.bin", "bravo")
+    write(root / "sub/deep/c.txt", "charlie")
+    write(root / ".hidden", "x")
+    write(root / "__norfab__/state.txt", "x")
+    write(tmp_path / "secret.txt", "top secret")
+    return root
+
+
+def call(root: fss.FileRoot, task: str, **kwargs: Any) -> tuple[int, Any]:
+    status, value = fss.handle(task, kwargs, [], root)
+    json.dumps(value)
+    return status, value
+
+
+def test_file_root_must_be_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        fss.FileRoot(tmp_path / "nope")
+    with pytest.raises(ConfigError, match="not a directory"):
+        fss.FileRoot(write(tmp_path / "f", ""))
+
+
+def test_list_files(tree: Path) -> None:
+    root = fss.FileRoot(tree)
+    assert call(root, "list_files", url="nf://") == (200, [".hidden", "__norfab__", "a.txt", "sub"])
+    assert call(root, "list_files", url="nf://sub") == (200, ["b.bin", "deep"])
+    assert fss.handle("list_files", {}, ["nf://sub/deep"], root) == (200, ["c.txt"])
+    assert call(root, "list_files", url="nf://nope")[0] == 404
+    assert call(root, "list_files", url="nf://a.txt")[0] == 400
+    assert call(root, "list_files")[0] == 400  # url is required
+
+
+def test_file_details(tree: Path) -> None:
+    root = fss.FileRoot(tree)
+    status, details = call(root, "file_details", url="nf://sub/b.bin")
+    assert status == 200
+    assert details == {
+        "md5hash": hashlib.md5(b"bravo").hexdigest(),
+        "size_bytes": 5,
+        "exists": True,
+        "sha256hash": hashlib.sha256(b"bravo").hexdigest(),
+        "modified": os.stat(tree / "sub/b.bin").st_mtime,
+    }
+    assert call(root, "file_details", url="nf://missing.txt")[0] == 404
+    assert call(root, "file_details", url="nf://sub")[0] == 400
+    status, many = call(root, "file_details", url=["nf://a.txt", "nf://missing", "nf://../secret.txt"])
+    assert status == 200 and many["nf://a.txt"]["exists"] is True
+    assert many["nf://missing"]["exists"] is False and "not found" in many["nf://missing"]["error"]
+    assert many["nf://../secret.txt"]["exists"] is False and ".." in many["nf://../secret.txt"]["error"]
+    assert call(root, "file_details", url=["nf://a.txt", 5])[0] == 400
+
+
+def test_walk(tree: Path) -> None:
+    root = fss.FileRoot(tree)
+    (tree / "out").symlink_to(tree.parent / "secret.txt")
+    (tree / "in").symlink_to(tree / "a.txt")
+    (tree / "outdir").symlink_to(tree.parent, target_is_directory=True)
+    assert call(root, "walk", url="nf://") == (
+        200,
+        ["nf://a.txt", "nf://in", "nf://sub/b.bin", "nf://sub/deep/c.txt"],
+    )
+    assert call(root, "walk", url="nf://sub") == (200, ["nf://sub/b.bin", "nf://sub/deep/c.txt"])
+    assert call(root, "walk", url="nf://missing")[0] == 404
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("nf://../secret.txt", "'..'"),
+        ("nf://sub/../../secret.txt", "'..'"),
+        ("nf://sub/..", "'..'"),
+        ("nf://..\\secret.txt", "'..'"),
+        ("nf:///etc/passwd", "absolute"),
+        ("nf://C:/Windows/win.ini", "absolute"),
+        ("nf://c:\\boot.ini", "absolute"),
+        ("file:///etc/passwd", "not an nf:// URL"),
+        ("/etc/passwd", "not an nf:// URL"),
+        ("nf://a.txt\x00.png", "NUL"),
+    ],
+)
+def test_refused_urls(tree: Path, url: str, reason: str) -> None:
+    root = fss.FileRoot(tree)
+    for task in ("fetch_file", "file_details", "list_files", "walk"):
+        status, message = call(root, task, url=url)
+        assert status == 400 and reason in message, (task, message)
+
+
+def test_symlinks_out_are_refused_and_in_are_allowed(tree: Path) -> None:
+    root = fss.FileRoot(tree)
+    os.symlink(tree.parent / "secret.txt", tree / "escape.txt")
+    os.symlink(tree.parent, tree / "up")
+    os.symlink(tree / "sub/b.bin", tree / "alias.bin")
+    for url in ("nf://escape.txt", "nf://up/secret.txt", "nf://up"):
+        status, message = call(root, "fetch_file", url=url)
+        assert status == 400 and "outside the files root" in message
+    status, chunk = call(root, "fetch_file", url="nf://alias.bin")
+    assert status == 200 and base64.b64decode(chunk["data"]) == b"bravo"
+
+
+def test_root_reached_through_a_symlink(tree: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link-to-root"
+    link.symlink_to(tree, target_is_directory=True)
+    root = fss.FileRoot(link)  # the root's own symlink does not count as leaving it
+    assert call(root, "fetch_file", url="nf://a.txt")[0] == 200
+
+
+def fetch_all(root: fss.FileRoot, url: str, chunk_size: int) -> tuple[bytes, int]:
+    data, offset, chunks = b"", 0, 0
+    while True:
+        status, chunk = call(root, "fetch_file", url=url, offset=offset, chunk_size=chunk_size)
+        assert status == 200 and chunk["offset"] == offset and chunk["encoding"] == "base64"
+        data += base64.b64decode(chunk["data"])
+        offset += chunk["length"]
+        chunks += 1
+        if chunk["eof"]:
+            return data, chunks
+
+
+def test_chunked_fetch_reassembles_exactly(tree: Path) -> None:
+    payload = os.urandom(700_000)
+    (tree / "big.bin").write_bytes(payload)
+    root = fss.FileRoot(tree)
+    assert fetch_all(root, "nf://big.bin", 256_000) == (payload, 3)
+    assert fetch_all(root, "nf://big.bin", 700_000) == (payload, 1)
+    _, chunk = call(root, "fetch_file", url="nf://big.bin")  # NorFab's default chunk
+    assert chunk["length"] == fss.DEFAULT_CHUNK and chunk["size"] == 700_000 and not chunk["eof"]
+
+
+def test_chunk_size_is_capped(tree: Path) -> None:
+    payload = os.urandom(fss.MAX_CHUNK * 2 + 10)
+    (tree / "huge.bin").write_bytes(payload)
+    root = fss.FileRoot(tree)
+    status, chunk = call(root, "fetch_file", url="nf://huge.bin", chunk_size=50 * 1024 * 1024)
+    assert status == 200 and chunk["length"] == fss.MAX_CHUNK and not chunk["eof"]
+    assert fetch_all(root, "nf://huge.bin", 50 * 1024 * 1024) == (payload, 3)
+
+
+def test_fetch_edges_and_bad_arguments(tree: Path) -> None:
+    root = fss.FileRoot(tree)
+    (tree / "empty").write_bytes(b"")
+    assert call(root, "fetch_file", url="nf://empty")[1] | {"data": ""} == {
+        "url": "nf://empty",
+        "offset": 0,
+        "length": 0,
+        "size": 0,
+        "eof": True,
+        "encoding": "base64",
+        "data": "",
+    }
+    at_end = call(root, "fetch_file", url="nf://a.txt", offset=6)[1]
+    assert (at_end["length"], at_end["eof"]) == (0, True)
+    assert call(root, "fetch_file", url="nf://a.txt", offset=7)[0] == 400
+    assert call(root, "fetch_file", url="nf://a.txt", offset=-1)[0] == 400
+    assert call(root, "fetch_file", url="nf://a.txt", chunk_size=0)[0] == 400
+    assert call(root, "fetch_file", url="nf://a.txt", chunk_size=True)[0] == 400
+    assert call(root, "fetch_file", url="nf://a.txt", offset="0")[0] == 400
+    assert call(root, "fetch_file", url="nf://missing")[0] == 404
+    assert call(root, "fetch_file", url="nf://sub/b.bin/x")[0] == 404
+    assert call(root, "fetch_file", url="nf://sub")[0] == 400
+    assert call(root, "fetch_file", url=42)[0] == 400
+    assert call(root, "upload", url="nf://a.txt") == (200, "Unsupported task 'upload'")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_fifo_is_refused_without_blocking(tree: Path) -> None:
+    os.mkfifo(tree / "pipe")
+    root = fss.FileRoot(tree)
+    for task in ("fetch_file", "file_details"):
+        status, message = call(root, task, url="nf://pipe")
+        assert status == 400 and "not a regular file" in message
+    assert "nf://pipe" not in call(root, "walk", url="nf://")[1]

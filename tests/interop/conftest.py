@@ -1,0 +1,337 @@
+"""Fixtures for the NorFab interop tests: the broker under test and real NorFab peers.
+
+``broker`` starts the broker as a subprocess and yields its endpoints:
+
+* default: the product, ``python -m nfgate serve --bind nfp=tcp://127.0.0.1:0 --bind
+  dcp=tcp://127.0.0.1:0 --data-dir <tmp>``;
+* ``NFGATE_INTEROP_BROKER=norfab``: the real NorFab 0.25 broker (``norfab_broker.py``),
+  to validate the harness against the reference. It has no DCP edge.
+
+Both announce their edges on stderr (``nfgate: <edge> edge (<protocol>) listening on
+tcp://127.0.0.1:<port>``, then ``nfgate: ready``); the fixture parses those lines, stops
+the broker with SIGTERM and asserts exit status 0 (SIGKILL after a bounded wait).
+
+``peers`` starts NorFab workers and clients (``norfab_peer.py``) as subprocesses with
+their output in ``tmp_path/logs``; it kills whatever is left at teardown.
+``peers.logs()`` renders every log file, for assertion messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+PEER = HERE / "norfab_peer.py"
+NORFAB_BROKER = HERE / "norfab_broker.py"
+
+ENV_VAR = "NFGATE_INTEROP_BROKER"
+READY_TIMEOUT = 20.0  # broker start-up: edges + "ready"
+STOP_TIMEOUT = 10.0  # SIGTERM -> exit before SIGKILL
+WORKER_START_TIMEOUT = 20.0
+LISTENING = re.compile(r"nfgate: (?P<edge>\S+) edge \((?P<protocol>[^)]+)\) listening on (?P<url>tcp://\S+)")
+READY = re.compile(r"nfgate: ready\b")  # "nfgate: ready" (nfgate adds " (job store <dir>)")
+RESULT_PREFIX = "NORFAB_PEER_RESULT "  # norfab_peer.RESULT_PREFIX
+
+
+def broker_kind() -> str:
+    kind = os.environ.get(ENV_VAR, "").strip().lower() or "nfgate"
+    if kind not in ("nfgate", "norfab"):
+        raise pytest.UsageError(f"{ENV_VAR} must be 'nfgate' (default) or 'norfab', not {kind!r}")
+    return kind
+
+
+def _tail(path: Path, limit: int = 6000) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        return f"<unreadable: {e}>"
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+def render_logs(log_dir: Path, limit: int = 6000) -> str:
+    if not log_dir.is_dir():
+        return "(no logs)"
+    parts = []
+    for path in sorted(log_dir.iterdir()):
+        if path.is_file():
+            parts.append(f"----- {path.name} -----\n{_tail(path, limit)}")
+    return "\n".join(parts) or "(no logs)"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _stop(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> int | None:
+    """SIGTERM, bounded wait, then SIGKILL. Returns the exit status after SIGTERM, or None if killed."""
+    if proc.poll() is not None:
+        return proc.returncode
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)
+        return None
+
+
+# ------------------------------------------------------------------------------ broker
+
+
+@dataclass
+class Broker:
+    kind: str  # "nfgate" or "norfab"
+    nfp: str  # tcp://127.0.0.1:<port>
+    dcp: str | None  # None for the NorFab broker
+    proc: subprocess.Popen[bytes]
+    stderr_path: Path
+    edges: dict[str, str] = field(default_factory=dict)
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], stderr_path: Path, timeout: float) -> dict[str, str]:
+    edges: dict[str, str] = {}
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / 0.05) + 1):
+        text = stderr_path.read_text(encoding="utf-8", errors="replace") if stderr_path.exists() else ""
+        for line in text.splitlines():
+            m = LISTENING.search(line)
+            if m:
+                edges[m["edge"]] = m["url"]
+        if any(READY.search(line) for line in text.splitlines()):
+            return edges
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"broker exited with status {proc.returncode} before 'ready':\n{_tail(stderr_path)}"
+            )
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    raise RuntimeError(f"broker not ready within {timeout} s:\n{_tail(stderr_path)}")
+
+
+@pytest.fixture
+def interop_dir(tmp_path: Path) -> Path:
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    return tmp_path
+
+
+@pytest.fixture
+def broker(interop_dir: Path) -> Iterator[Broker]:
+    kind = broker_kind()
+    log_dir = interop_dir / "logs"
+    stderr_path = log_dir / f"broker-{kind}.err"
+    if kind == "nfgate":
+        data_dir = interop_dir / "nfgate-data"
+        data_dir.mkdir()
+        cmd = [
+            sys.executable,
+            "-m",
+            "nfgate",
+            "serve",
+            "--bind",
+            "nfp=tcp://127.0.0.1:0",
+            "--bind",
+            "dcp=tcp://127.0.0.1:0",
+            "--data-dir",
+            str(data_dir),
+        ]
+    else:
+        cmd = [sys.executable, str(NORFAB_BROKER), "--base-dir", str(interop_dir / "norfab-broker")]
+    with open(log_dir / f"broker-{kind}.out", "wb") as out, open(stderr_path, "wb") as err:
+        # cwd outside the repo: `python -m` puts the cwd first on sys.path, and the source
+        # tree's nfgate/ would hide the editable install's nfgate.codecs mapping.
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=interop_dir, env=_env())
+    try:
+        try:
+            edges = _wait_ready(proc, stderr_path, READY_TIMEOUT)
+        except RuntimeError as e:
+            pytest.fail(f"{kind} broker did not start: {e}", pytrace=False)
+        if "nfp" not in edges:
+            pytest.fail(f"{kind} broker announced no nfp edge: {edges}\n{_tail(stderr_path)}", pytrace=False)
+        if kind == "nfgate" and "dcp" not in edges:
+            pytest.fail(f"nfgate announced no dcp edge: {edges}\n{_tail(stderr_path)}", pytrace=False)
+        yield Broker(
+            kind=kind, nfp=edges["nfp"], dcp=edges.get("dcp"), proc=proc, stderr_path=stderr_path, edges=edges
+        )
+    finally:
+        died = proc.poll()  # not None: it exited by itself during the test
+        status = _stop(proc)
+    if died is not None:
+        pytest.fail(
+            f"{kind} broker died during the test (status {died}):\n{_tail(stderr_path)}", pytrace=False
+        )
+    if status != 0:
+        pytest.fail(
+            f"{kind} broker did not exit 0 on SIGTERM (status {status}; None = needed SIGKILL):\n"
+            f"{_tail(stderr_path)}",
+            pytrace=False,
+        )
+
+
+# ------------------------------------------------------------------------------ peers
+
+
+@dataclass
+class ClientRun:
+    proc: subprocess.Popen[bytes]
+    name: str
+    stdout_path: Path
+
+
+class Peers:
+    """NorFab workers and clients, each in its own process, logging to ``<tmp>/logs``."""
+
+    def __init__(self, broker: Broker, root: Path) -> None:
+        self.broker = broker
+        self.root = root
+        self.base_dir = root / "norfab"  # the NorFab inventory base_dir shared by all peers
+        self.log_dir = root / "logs"
+        self.marker_dir = self.base_dir / "markers"
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.clients: list[subprocess.Popen[bytes]] = []
+
+    def logs(self) -> str:
+        return render_logs(self.log_dir)
+
+    def _spawn(self, args: list[str], label: str) -> tuple[subprocess.Popen[bytes], Path]:
+        stdout_path = self.log_dir / f"{label}.out"
+        with open(stdout_path, "wb") as out, open(self.log_dir / f"{label}.err", "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, str(PEER), *args],
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                cwd=self.root,
+                env=_env(),
+            )
+        return proc, stdout_path
+
+    def start_worker(self, name: str, service: str = "echo") -> subprocess.Popen[bytes]:
+        """Start a NorFab worker and wait (bounded) until it is about to register."""
+        proc, stdout_path = self._spawn(
+            [
+                "worker",
+                "--name",
+                name,
+                "--service",
+                service,
+                "--endpoint",
+                self.broker.nfp,
+                "--base-dir",
+                str(self.base_dir),
+            ],
+            f"worker-{name}",
+        )
+        self.workers[name] = proc
+        want = f"norfab_peer: worker {name} working"
+        deadline = time.monotonic() + WORKER_START_TIMEOUT
+        for _ in range(int(WORKER_START_TIMEOUT / 0.05) + 1):
+            if want in stdout_path.read_text(encoding="utf-8", errors="replace"):
+                return proc
+            if proc.poll() is not None:
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        pytest.fail(
+            f"NorFab worker {name} did not start (status {proc.poll()}):\n{self.logs()}", pytrace=False
+        )
+
+    def start_client(
+        self,
+        name: str,
+        *,
+        service: str | None = None,
+        task: str | None = None,
+        workers: Any = "all",
+        kwargs: dict[str, Any] | None = None,
+        timeout: int = 20,
+        wait_workers: list[str] | None = None,
+        mmi: str | None = None,
+    ) -> ClientRun:
+        """Start a NorFab client process; collect its answer with :meth:`finish`."""
+        args = ["client", "--name", name, "--endpoint", self.broker.nfp, "--base-dir", str(self.base_dir)]
+        if wait_workers:
+            args += ["--wait-workers", json.dumps(wait_workers)]
+        if mmi:
+            args += ["--mmi", mmi]
+        if service:
+            args += [
+                "--service",
+                service,
+                "--task",
+                task or "",
+                "--workers",
+                json.dumps(workers),
+                "--kwargs",
+                json.dumps(kwargs or {}),
+                "--timeout",
+                str(timeout),
+            ]
+        proc, stdout_path = self._spawn(args, f"client-{name}")
+        self.clients.append(proc)
+        return ClientRun(proc=proc, name=name, stdout_path=stdout_path)
+
+    def finish(self, run: ClientRun, timeout: float) -> dict[str, Any]:
+        """Wait (bounded) for a client process and return its JSON answer."""
+        try:
+            run.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            run.proc.kill()
+            run.proc.communicate(timeout=10)
+            pytest.fail(
+                f"NorFab client {run.name} still running after {timeout} s:\n{self.logs()}", pytrace=False
+            )
+        lines = run.stdout_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        answers = [line[len(RESULT_PREFIX) :] for line in lines if line.startswith(RESULT_PREFIX)]
+        if run.proc.returncode != 0 or not answers:
+            pytest.fail(
+                f"NorFab client {run.name} exited {run.proc.returncode} without an answer:\n{self.logs()}",
+                pytrace=False,
+            )
+        answer: dict[str, Any] = json.loads(answers[-1])
+        return answer
+
+    def run_client(self, name: str, *, process_timeout: float | None = None, **kw: Any) -> dict[str, Any]:
+        run = self.start_client(name, **kw)
+        budget = process_timeout or (kw.get("timeout", 20) + 25.0)  # + start-up, worker wait, MMI
+        return self.finish(run, budget)
+
+    def kill_worker(self, name: str) -> None:
+        proc = self.workers[name]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def close(self) -> None:
+        for proc in self.clients:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+        running = [proc for proc in self.workers.values() if proc.poll() is None]
+        for proc in running:  # SIGTERM them all first: each takes ~1 s to wind down
+            proc.send_signal(signal.SIGTERM)
+        for proc in running:
+            _stop(proc)
+
+
+@pytest.fixture
+def peers(broker: Broker, interop_dir: Path) -> Iterator[Peers]:
+    p = Peers(broker, interop_dir)
+    try:
+        yield p
+    finally:
+        p.close()

@@ -1,0 +1,267 @@
+"""The real NorFab 0.25 ``NFPClient`` and ``NFPWorker`` against the broker under test.
+
+The broker is nfgate (``python -m nfgate serve``) unless ``NFGATE_INTEROP_BROKER=norfab``
+selects the real NorFab broker (see conftest.py). NorFab peers run in subprocesses
+(norfab_peer.py); the DCP worker of ``test_nfp_job_served_by_dcp_worker`` is a raw DEALER
+in a thread of this process, speaking nfgate's own DCP codec.
+
+Expected against the real NorFab broker: ``test_worker_killed_mid_job_is_redispatched``
+fails (NorFab does not redispatch the job of a dead worker: the client's GET poll gets
+400 once the worker has expired, and ``run_job`` returns None) and
+``test_nfp_job_served_by_dcp_worker`` is skipped (no DCP edge). Both are requirements on
+nfgate.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from nfgate.codecs import dcp
+from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Reply, Request
+
+from .conftest import Broker, Peers
+
+
+def _entry(job: Any, worker: str, logs: str) -> dict[str, Any]:
+    assert isinstance(job, dict), f"run_job returned {job!r}, expected a dict keyed by worker\n{logs}"
+    assert worker in job, f"no result from {worker}: {job!r}\n{logs}"
+    entry = job[worker]
+    assert isinstance(entry, dict), f"{worker}: {entry!r}\n{logs}"
+    return entry
+
+
+def _assert_ok(entry: dict[str, Any], expected: Any, logs: str) -> None:
+    assert entry.get("failed") is False, f"job failed: {entry!r}\n{logs}"
+    assert entry.get("errors") == [], f"job has errors: {entry!r}\n{logs}"
+    assert entry.get("result") == expected, f"result {entry.get('result')!r} != {expected!r}\n{logs}"
+
+
+# ------------------------------------------------------------------------------ 1
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(45)
+def test_run_job_round_trip(peers: Peers) -> None:
+    peers.start_worker("w1", service="echo")
+    kwargs = {"msg": "hello", "n": 1, "nested": {"a": [1, 2, None], "u": "\u00e9\u4e2d"}}
+    answer = peers.run_client(
+        "c-roundtrip",
+        service="echo",
+        task="echo",
+        workers="any",
+        kwargs=kwargs,
+        timeout=20,
+        wait_workers=["w1"],
+    )
+    job = answer.get("job")
+    logs = f"client answer: {answer!r}\n{peers.logs()}"
+    _assert_ok(_entry(job, "w1", logs), kwargs, logs)
+    assert set(job) == {"w1"}, logs
+
+
+# ------------------------------------------------------------------------------ 2
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(60)
+def test_targets_all_list_and_bare_name(peers: Peers) -> None:
+    peers.start_worker("w1", service="echo")
+    peers.start_worker("w2", service="echo")
+
+    cases: list[tuple[str, Any, set[str]]] = [
+        ("c-all", "all", {"w1", "w2"}),
+        ("c-list", ["w2"], {"w2"}),
+        ("c-name", "w1", {"w1"}),
+    ]
+    for i, (client, target, expected) in enumerate(cases):
+        kwargs = {"case": client, "i": i}
+        answer = peers.run_client(
+            client,
+            service="echo",
+            task="echo",
+            workers=target,
+            kwargs=kwargs,
+            timeout=15,
+            wait_workers=["w1", "w2"] if i == 0 else None,
+        )
+        job = answer.get("job")
+        logs = f"target {target!r}, client answer: {answer!r}\n{peers.logs()}"
+        assert isinstance(job, dict) and set(job) == expected, logs
+        for worker in expected:
+            _assert_ok(_entry(job, worker, logs), kwargs, logs)
+
+
+# ------------------------------------------------------------------------------ 3
+
+
+def _wait_for_marker(marker_dir: Path, timeout: float) -> Path | None:
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / 0.05) + 1):
+        found = sorted(marker_dir.glob("*.started")) if marker_dir.is_dir() else []
+        if found:
+            return found[0]
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    return None
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(60)
+def test_worker_killed_mid_job_is_redispatched(peers: Peers) -> None:
+    """SIGKILL the worker running a job: run_job must still succeed, served by the other.
+
+    The broker learns of the death only by missed keepalives (NorFab: 2.5 s x 6 = 15 s),
+    so the job may take ~20 s. Fails against the real NorFab broker (no redispatch).
+    """
+    peers.start_worker("w1", service="echo")
+    peers.start_worker("w2", service="echo")
+    run = peers.start_client(
+        "c-slow",
+        service="echo",
+        task="slow",
+        workers="any",
+        kwargs={"seconds": 3, "tag": "killed"},
+        timeout=35,
+        wait_workers=["w1", "w2"],
+    )
+    marker = _wait_for_marker(peers.marker_dir, timeout=20)
+    assert marker is not None, f"no worker started the slow task\n{peers.logs()}"
+    victim = marker.name.split(".")[0]
+    survivor = {"w1": "w2", "w2": "w1"}[victim]
+    peers.kill_worker(victim)
+    killed_at = time.monotonic()
+
+    answer = peers.finish(run, timeout=45)
+    elapsed = time.monotonic() - killed_at
+    job = answer.get("job")
+    logs = f"killed {victim} mid-job; client answer after {elapsed:.1f} s: {answer!r}\n{peers.logs()}"
+    assert isinstance(job, dict) and job, f"run_job did not return a result\n{logs}"
+    for name, entry in job.items():
+        assert isinstance(entry, dict) and entry.get("failed") is False, f"{name} failed\n{logs}"
+    served = [e["result"] for e in job.values() if isinstance(e.get("result"), dict)]
+    assert {"worker": survivor, "seconds": 3, "kwargs": {"tag": "killed"}} in served, logs
+    assert list(peers.marker_dir.glob(f"{survivor}.*.started")), f"{survivor} never started the job\n{logs}"
+
+
+# ------------------------------------------------------------------------------ 4
+
+
+class DcpEchoWorker:
+    """A raw DCP worker (specs/dcp.md) on a DEALER, answering every REQUEST with its data.
+
+    Runs in a thread that owns the socket; stops on ``stop`` or after ``lifetime`` seconds.
+    """
+
+    def __init__(self, endpoint: str, service: bytes, identity: bytes, lifetime: float = 55.0) -> None:
+        self.endpoint = endpoint
+        self.service = service
+        self.identity = identity
+        self.lifetime = lifetime
+        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.stop = threading.Event()
+        self.registered = threading.Event()
+        self.requests: list[Request] = []
+        self.errors: list[str] = []
+        self.thread = threading.Thread(target=self._run, name="dcp-echo-worker", daemon=True)
+
+    def __enter__(self) -> DcpEchoWorker:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.ctx.destroy(linger=0)
+
+    def _send(self, sock: zmq.Socket[bytes], message: Any) -> None:
+        sock.send_multipart(dcp.encode(message))
+
+    def _run(self) -> None:
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IDENTITY, self.identity)
+        try:
+            sock.connect(self.endpoint)
+            self._send(sock, Registration(service=self.service))
+            last_sent = time.monotonic()
+            deadline = last_sent + self.lifetime
+            for _ in range(int(self.lifetime / 0.1) + 10):
+                if self.stop.is_set() or time.monotonic() > deadline:
+                    break
+                if sock.poll(100):
+                    message = dcp.decode(sock.recv_multipart())
+                    if isinstance(message, Registration):
+                        if message.service == self.service:
+                            self.registered.set()  # "the broker will confirm it by responding with the same message"
+                    elif isinstance(message, Request):
+                        self.requests.append(message)
+                        self._send(
+                            sock, Reply(client=message.client, metadata=message.metadata, data=message.data)
+                        )
+                        last_sent = time.monotonic()
+                    elif isinstance(message, Reconnect):
+                        self._send(sock, Registration(service=self.service))
+                        last_sent = time.monotonic()
+                    elif not isinstance(message, Pong):
+                        self.errors.append(f"unexpected message {message!r}")
+                if time.monotonic() - last_sent >= 1.0:  # idle: heartbeat
+                    self._send(sock, Ping())
+                    last_sent = time.monotonic()
+        except Exception:
+            self.errors.append(traceback.format_exc())
+        finally:
+            sock.close(linger=0)
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(45)
+def test_nfp_job_served_by_dcp_worker(broker: Broker, peers: Peers) -> None:
+    if broker.kind == "norfab":
+        pytest.skip("the real NorFab broker has no DCP edge")
+    assert broker.dcp, f"nfgate announced no dcp edge: {broker.edges}"
+    with DcpEchoWorker(broker.dcp, b"dcpecho", b"dcp-echo-1") as worker:
+        assert worker.registered.wait(10), (
+            f"no REGISTRATION echo from nfgate: {worker.errors}\n{peers.logs()}"
+        )
+        answer = peers.run_client(
+            "c-dcp", service="dcpecho", task="anything", workers="any", kwargs={"x": 1}, timeout=20
+        )
+    job = answer.get("job")
+    logs = f"client answer: {answer!r}\nDCP requests seen: {worker.requests!r}\n{peers.logs()}"
+    assert not worker.errors, f"DCP worker errors: {worker.errors}\n{logs}"
+    assert worker.requests, f"the DCP worker got no REQUEST\n{logs}"
+    assert isinstance(job, dict) and len(job) == 1, f"expected one worker's result\n{logs}"
+    (entry,) = job.values()
+    assert isinstance(entry, dict) and entry.get("failed") is False, logs
+    assert entry.get("errors") == [], logs
+    result = entry.get("result")
+    # The DCP worker echoed NorFab's POST body, {"task","kwargs","args","timeout"}, as JSON.
+    assert isinstance(result, dict), f"result is not the JSON body: {result!r}\n{logs}"
+    assert result.get("task") == "anything", logs
+    assert result.get("kwargs") == {"x": 1}, logs
+
+
+# ------------------------------------------------------------------------------ 5
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(45)
+def test_mmi_show_workers_lists_connected_workers(peers: Peers) -> None:
+    peers.start_worker("w1", service="echo")
+    peers.start_worker("w2", service="echo")
+    answer = peers.run_client("c-mmi", wait_workers=["w1", "w2"], mmi="show_workers", process_timeout=40)
+    mmi = answer.get("mmi")
+    logs = f"client answer: {answer!r}\n{peers.logs()}"
+    assert isinstance(mmi, dict) and mmi.get("status") == "200", logs
+    listed = mmi.get("results")
+    assert isinstance(listed, list) and all(isinstance(w, dict) for w in listed), logs
+    assert {w.get("name") for w in listed} == {"w1", "w2"}, logs
+    assert {w.get("service") for w in listed} == {"echo"}, logs
