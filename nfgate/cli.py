@@ -16,6 +16,7 @@ import click
 
 from nfgate import __version__
 from nfgate import codecs as registry
+from nfgate.edges.kinds import KINDS
 from nfgate.errors import NfgateError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -111,6 +112,23 @@ def _unhex(protocol: str, index: int, text: str) -> bytes:
         fail(f"{protocol}: frame {index} is not hex: {text[:40]!r}")
 
 
+def _switch(kind: str) -> str:
+    return "no_" + kind.replace("-", "_")
+
+
+def _edge_switches(command: Callable[..., None]) -> Callable[..., None]:
+    """``--no-EDGE`` for every edge kind in :data:`nfgate.edges.kinds.KINDS`."""
+    for kind in reversed(KINDS.values()):
+        flag = click.option(
+            f"--no-{kind.kind}",
+            _switch(kind.kind),
+            is_flag=True,
+            help=f"Do not start the {kind.summary} edge.",
+        )
+        command = flag(command)
+    return command
+
+
 @main.command()
 @click.option(
     "--config",
@@ -133,16 +151,14 @@ def _unhex(protocol: str, index: int, text: str) -> bytes:
     metavar="EDGE=URL",
     help="Bind an edge here instead (repeatable; port 0 picks a free port).",
 )
-@click.option("--no-nfp", "no_nfp", is_flag=True, help="Do not start the NFP edge.")
-@click.option("--no-dcp", "no_dcp", is_flag=True, help="Do not start the DCP edge.")
+@_edge_switches
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
 def serve(
     config: Path | None,
     data_dir: Path | None,
     binds: tuple[str, ...],
-    no_nfp: bool,
-    no_dcp: bool,
     log_level: str | None,
+    **switches: bool,
 ) -> None:
     """Run the translating broker until SIGINT/SIGTERM (then drain and exit 0)."""
     from nfgate import serve as serving  # the gateway's imports are not needed by the other commands
@@ -153,7 +169,7 @@ def serve(
         if not sep or not kind or not url:
             fail(f"--bind: expected EDGE=URL, got {value!r}")
         pairs.append((kind, url.replace(":0", ":*") if url.endswith(":0") else url))
-    disabled = [kind for kind, off in (("nfp", no_nfp), ("dcp", no_dcp)) if off]
+    disabled = [kind for kind in KINDS if switches.get(_switch(kind))]
     try:
         serving.serve(config, data_dir, pairs, disabled, log_level)
     except NfgateError as exc:

@@ -40,21 +40,17 @@ from typing import Any
 
 import attrs
 
+from nfgate.edges.kinds import KINDS, path_option
 from nfgate.errors import ConfigError
 from nfgate.routing_types import RouterConfig
 from nfgate.transports.zmq import Limits
 
 __all__ = ["DEFAULT_BINDS", "EdgeConfig", "ServeConfig", "default_data_dir", "load"]
 
-DEFAULT_BINDS: Mapping[str, str] = {
-    "nfp": "tcp://127.0.0.1:5555",
-    "dcp": "tcp://127.0.0.1:5556",
-}
+DEFAULT_BINDS: Mapping[str, tuple[str, ...]] = {k.kind: k.binds for k in KINDS.values()}
 """design.md "Default endpoints" for the edges this version serves."""
 
-_DEFAULT_LIVENESS = {"nfp": (2500, 6), "dcp": (2500, 3)}
-_EDGE_KEYS = {"enabled", "bind", "heartbeat_ms", "liveness", "inventory", "files_root"}
-_NFP_ONLY = {"inventory", "files_root"}
+_EDGE_KEYS = {"enabled", "bind", "heartbeat_ms", "liveness"}
 _ROUTING_KEYS = {"queue_expiry_ms", "max_redispatch", "max_queue_per_service", "max_in_flight_per_worker"}
 _LIMIT_KEYS = {"max_message_bytes", "max_frames", "high_water_mark"}
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -72,8 +68,7 @@ class EdgeConfig:
     bind: tuple[str, ...] = ()
     heartbeat_ms: int = 2500
     liveness: int = 3
-    inventory: Path | None = None
-    files_root: Path | None = None
+    options: Mapping[str, Any] = attrs.field(factory=dict)  # the kind's extra keys, parsed
 
 
 @attrs.frozen(kw_only=True)
@@ -106,19 +101,12 @@ def _table(doc: Mapping[str, Any], key: str, allowed: set[str], where: str = "")
     return table
 
 
-def _path(table: Mapping[str, Any], key: str, where: str, base: Path) -> Path | None:
-    value = table.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"config: {where}.{key} must be a non-empty path string")
-    return (base / value).expanduser()
-
-
 def _binds(value: object, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, list) or not value or not all(isinstance(u, str) and u for u in value):
+    if isinstance(value, (list, tuple)) and not value:
+        return ()  # an edge that only connects out, or one switched off by an empty list
+    if not isinstance(value, (list, tuple)) or not all(isinstance(u, str) and u for u in value):
         raise ConfigError(f"config: {where}.bind must be a URL or a non-empty list of URLs")
     for url in value:
         if "://" not in url:
@@ -128,21 +116,22 @@ def _binds(value: object, where: str) -> tuple[str, ...]:
 
 def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
     where = f"edges.{kind}"
-    if kind != "nfp":
-        for key in _NFP_ONLY & set(table):
-            raise ConfigError(f"config: unknown key {where}.{key} (only edges.nfp has it)")
+    spec = KINDS[kind]
     enabled = table.get("enabled", True)
     if not isinstance(enabled, bool):
         raise ConfigError(f"config: {where}.enabled must be true or false")
-    interval, liveness = _DEFAULT_LIVENESS[kind]
+    interval, liveness = spec.heartbeat
+    options = {
+        key: parse(table[key], f"{where}.{key}", base) if key in table else default
+        for key, (parse, default) in spec.options.items()
+    }
     return EdgeConfig(
         kind=kind,
         enabled=enabled,
-        bind=_binds(table.get("bind", DEFAULT_BINDS[kind]), where),
+        bind=_binds(table.get("bind", list(spec.binds)), where),
         heartbeat_ms=_int(table, "heartbeat_ms", where, interval),
         liveness=_int(table, "liveness", where, liveness, minimum=1),
-        inventory=_path(table, "inventory", where, base),
-        files_root=_path(table, "files_root", where, base),
+        options=options,
     )
 
 
@@ -181,7 +170,7 @@ def load(
         raise ConfigError(f"config: gateway.log_level must be one of {', '.join(_LOG_LEVELS)}, got {level!r}")
     kinds = []
     for kind in DEFAULT_BINDS:
-        table = dict(_table(edges, kind, _EDGE_KEYS, "edges"))
+        table = dict(_table(edges, kind, _EDGE_KEYS | set(KINDS[kind].options), "edges"))
         given = [url for k, url in binds if k == kind]
         if given:
             table["bind"] = given
@@ -208,7 +197,7 @@ def load(
         max_frames=_int(limits, "max_frames", "limits", lim.max_frames, 1),
         high_water_mark=_int(limits, "high_water_mark", "limits", lim.high_water_mark, 1),
     )
-    configured = _path(gateway, "data_dir", "gateway", base)
+    configured = path_option(gateway.get("data_dir"), "gateway.data_dir", base)
     return ServeConfig(
         data_dir=data_dir or configured or default_data_dir(),
         log_level=level,

@@ -72,7 +72,7 @@ class Gateway:
         self.edges = {edge.name: edge for edge in edges}
         self._clock = clock
         self._poller = zmq.Poller()
-        self._by_socket: dict[zmq.Socket[bytes], Edge] = {}
+        self._by_socket: dict[zmq.Socket[bytes] | int, Edge] = {}
         for edge in edges:
             for sock in edge.sockets():
                 self._poller.register(sock, zmq.POLLIN)

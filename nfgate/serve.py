@@ -19,8 +19,7 @@ import zmq
 
 from nfgate.config import ServeConfig, load
 from nfgate.edges import Edge, EdgeSettings
-from nfgate.edges.dcp import DcpEdge
-from nfgate.edges.nfp import NfpEdge, NfpOptions
+from nfgate.edges.kinds import KINDS
 from nfgate.errors import NfgateError
 from nfgate.gateway import Gateway
 from nfgate.routing import Router
@@ -55,7 +54,9 @@ def build(cfg: ServeConfig, context: zmq.Context[zmq.Socket[bytes]], wake_fd: in
         for ec in cfg.edges:
             if not ec.enabled:
                 continue
-            for i, url in enumerate(ec.bind):
+            make = KINDS[ec.kind].make()
+            # An edge that only connects out (no bind URL) is still one edge.
+            for i, url in enumerate(ec.bind or ("",)):
                 name = ec.kind if i == 0 else f"{ec.kind}-{i + 1}"
                 settings = EdgeSettings(
                     name=name,
@@ -63,16 +64,14 @@ def build(cfg: ServeConfig, context: zmq.Context[zmq.Socket[bytes]], wake_fd: in
                     url=url,
                     context=context,
                     limits=cfg.limits,
-                    options={"heartbeat": (ec.heartbeat_ms, ec.liveness)},
+                    options={"heartbeat": (ec.heartbeat_ms, ec.liveness), **ec.options},
                 )
-                edge: Edge
-                if ec.kind == "nfp":
-                    options = NfpOptions.load(ec.inventory, ec.files_root)
-                    edge = NfpEdge(settings, store=store, options=options)
-                else:
-                    edge = DcpEdge(settings)
+                edge = make(settings, store=store)
                 edges.append(edge)
-                log.info("%s edge (%s) listening on %s", name, ec.kind, edge.endpoint)
+                if edge.endpoint:
+                    log.info("%s edge (%s) listening on %s", name, ec.kind, edge.endpoint)
+                else:
+                    log.info("%s edge (%s) started", name, ec.kind)
     except NfgateError:
         for edge in edges:
             edge.close()
@@ -81,8 +80,7 @@ def build(cfg: ServeConfig, context: zmq.Context[zmq.Socket[bytes]], wake_fd: in
     gateway = Gateway(Router(cfg.routing), edges, wake_fd=wake_fd)
     gateway.on_close(store.close)
     for edge in edges:
-        if isinstance(edge, NfpEdge):
-            edge.attach(gateway)
+        edge.attach(gateway)
     return gateway
 
 

@@ -11,12 +11,16 @@ import abc
 import logging
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import zmq
 
 from nfgate.model import Command, Peer, ServiceRef
 from nfgate.routing_types import Output
 from nfgate.transports.zmq import Limits, RouterEndpoint
+
+if TYPE_CHECKING:
+    from nfgate.gateway import Gateway
 
 __all__ = ["Edge", "EdgeSettings", "RouterEdge", "peer_label"]
 
@@ -72,19 +76,29 @@ class Edge(abc.ABC):
         self.name = settings.name
         self.url = settings.url
         self.counters: Counter[str] = Counter()
+        self._gateway: Gateway | None = None
         self._peers_seen: dict[bytes, Peer] = {}
         self._services_seen: dict[str, ServiceRef] = {}
 
     # -- wiring -----------------------------------------------------------------
 
+    def attach(self, gateway: Gateway) -> None:
+        """The gateway this edge runs in (management services, worker names, catalog)."""
+        self._gateway = gateway
+
+    @property
+    def gateway(self) -> Gateway | None:
+        return self._gateway
+
     @property
     @abc.abstractmethod
     def endpoint(self) -> str:
-        """The bound address (a port of 0 or ``*`` resolved)."""
+        """The bound address as peers reach it (port resolved), or "" if not listening."""
 
     @abc.abstractmethod
-    def sockets(self) -> Sequence[zmq.Socket[bytes]]:
-        """Sockets the gateway polls for input on this edge's behalf."""
+    def sockets(self) -> Sequence[zmq.Socket[bytes] | int]:
+        """Sockets (or file descriptors, e.g. pynng's ``recv_fd`` or a UDP socket) the
+        gateway polls for input on this edge's behalf."""
 
     def peer(self, address: bytes, sub: bytes = b"") -> Peer:
         """The :class:`Peer` for a transport address (cached: built once per peer, not
@@ -164,7 +178,7 @@ class RouterEdge(Edge):
     def endpoint(self) -> str:
         return self.transport.endpoint
 
-    def sockets(self) -> Sequence[zmq.Socket[bytes]]:
+    def sockets(self) -> Sequence[zmq.Socket[bytes] | int]:
         return (self.transport.socket,)
 
     def send(self, address: bytes, frames: list[bytes]) -> bool:

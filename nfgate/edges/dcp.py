@@ -45,6 +45,7 @@ from nfgate.model import (
     Unregister,
 )
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
+from nfgate.store import JobStore
 
 __all__ = ["DcpEdge"]
 
@@ -261,3 +262,8 @@ class DcpEdge(RouterEdge):
             log.debug("%s: cannot deliver reply %d: %s", self.name, reply.id, exc.reason)
             return
         self.send(address, frames)
+
+
+def make(settings: EdgeSettings, *, store: JobStore) -> DcpEdge:
+    """The ``dcp`` edge kind's factory (:mod:`nfgate.edges.kinds`); DCP keeps no job records."""
+    return DcpEdge(settings)

@@ -52,7 +52,7 @@ from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Outp
 from nfgate.store import JobStore
 
 if TYPE_CHECKING:
-    from nfgate.gateway import Gateway
+    pass
 
 __all__ = ["NfpEdge", "NfpOptions"]
 
@@ -83,19 +83,10 @@ class NfpEdge(RouterEdge):
         self._workers: dict[bytes, _Peer] = {}
         self.jobs = NfpJobs(self, store)
         self.services = NfpServices(self, options or NfpOptions())
-        self._gateway: Gateway | None = None
         heartbeat: tuple[int, int] = settings.options.get("heartbeat", (2500, 6))  # type: ignore[assignment]
         self.heartbeat = heartbeat  # (interval ms, liveness): what this edge announces
         self._interval = heartbeat[0]
         self._next_keepalive: int | None = None
-
-    def attach(self, gateway: Gateway) -> None:
-        """The gateway this edge runs in (for management services and worker names)."""
-        self._gateway = gateway
-
-    @property
-    def gateway(self) -> Gateway | None:
-        return self._gateway
 
     # ------------------------------------------------------------------ helpers
 
@@ -348,3 +339,10 @@ class NfpEdge(RouterEdge):
         stats["workers"] = len(self._workers)
         stats["jobs_live"] = self.jobs.live
         return stats
+
+
+def make(settings: EdgeSettings, *, store: JobStore) -> NfpEdge:
+    """The ``nfp`` edge kind's factory (:mod:`nfgate.edges.kinds`); reads the inventory and
+    checks the files root, raising :class:`ConfigError` for either."""
+    options = NfpOptions.load(settings.options.get("inventory"), settings.options.get("files_root"))  # type: ignore[arg-type]
+    return NfpEdge(settings, store=store, options=options)

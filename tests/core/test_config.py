@@ -18,7 +18,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_embedded_defaults_bind_loopback() -> None:
     cfg = load(None, data_dir=Path("/tmp/x"))
-    assert {e.kind: e.bind for e in cfg.edges} == {k: (v,) for k, v in DEFAULT_BINDS.items()}
+    assert {e.kind: e.bind for e in cfg.edges} == dict(DEFAULT_BINDS)
     assert all(url.startswith("tcp://127.0.0.1:") for e in cfg.edges for url in e.bind)
     assert cfg.edge("nfp").heartbeat_ms == 2500 and cfg.edge("nfp").liveness == 6  # NorFab's
     assert cfg.routing.queue_expiry_ms == 300_000

@@ -1,0 +1,94 @@
+"""The edge kinds ``nfgate serve`` knows: one entry each, naming its defaults, its extra
+config keys and the factory that builds it.
+
+Adding a protocol edge is a module in :mod:`nfgate.edges` with a ``make`` factory and
+one entry here; config loading (:mod:`nfgate.config`), ``--bind``/``--no-EDGE`` and
+:func:`nfgate.serve.build` read this table and need no edit. Factories are named as
+``"module:function"`` text and imported only when an edge of that kind is built, so
+loading the config never imports pynng or a protocol's edge.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+
+from nfgate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from nfgate.edges import Edge, EdgeSettings
+    from nfgate.store import JobStore
+
+__all__ = ["KINDS", "EdgeKind", "Factory", "Option", "path_option", "str_list_option"]
+
+Option = tuple[Callable[[object, str, Path], Any], Any]
+"""An extra config key: (parser, default). The parser takes the TOML value, the key's
+dotted name for error messages and the config file's folder (relative paths), and
+returns the parsed value or raises :class:`ConfigError` naming the key."""
+
+
+class Factory(Protocol):
+    def __call__(self, settings: EdgeSettings, *, store: JobStore) -> Edge: ...
+
+
+def path_option(value: object, where: str, base: Path) -> Path | None:
+    """A file or folder path, relative to the config file's folder."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"config: {where} must be a non-empty path string")
+    return (base / value).expanduser()
+
+
+def str_list_option(value: object, where: str, base: Path) -> tuple[str, ...]:
+    """A string or a list of strings (e.g. channel URLs to connect to)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"config: {where} must be a string or a list of non-empty strings")
+    return tuple(value)
+
+
+@attrs.frozen(kw_only=True)
+class EdgeKind:
+    """One edge kind. ``binds``: design.md "Default endpoints" (empty for an edge that
+    only connects out); ``heartbeat``: default (interval ms, liveness)."""
+
+    kind: str
+    binds: tuple[str, ...]
+    heartbeat: tuple[int, int]
+    factory: str
+    options: Mapping[str, Option] = attrs.field(factory=dict)
+    summary: str = ""
+
+    def make(self) -> Factory:
+        """Import and return the factory (raises ImportError if the module is broken)."""
+        module, _, name = self.factory.partition(":")
+        factory: Factory = getattr(importlib.import_module(module), name)
+        return factory
+
+
+KINDS: dict[str, EdgeKind] = {
+    kind.kind: kind
+    for kind in (
+        EdgeKind(
+            kind="nfp",
+            binds=("tcp://127.0.0.1:5555",),
+            heartbeat=(2500, 6),  # NorFab's keepalive interval and multiplier
+            factory="nfgate.edges.nfp:make",
+            options={"inventory": (path_option, None), "files_root": (path_option, None)},
+            summary="NFP broker (spec and NorFab 0.25 dialects)",
+        ),
+        EdgeKind(
+            kind="dcp",
+            binds=("tcp://127.0.0.1:5556",),
+            heartbeat=(2500, 3),
+            factory="nfgate.edges.dcp:make",
+            summary="DCP broker (spec and DagBox dialects)",
+        ),
+    )
+}
