@@ -15,6 +15,7 @@ from nfgate.config import load
 from nfgate.gateway import Gateway
 from nfgate.serve import build
 from nfgate.transports.zmq import connect_dealer
+from tests.ports import random_binds
 
 RECV_MS = 3000  # longest any test waits for one message
 
@@ -57,7 +58,7 @@ def start_gateway(tmp_path: Path, toml: str = "", **kwargs: object) -> Running:
     cfg = load(
         config,
         data_dir=tmp_path / "data",
-        binds=[("nfp", "tcp://127.0.0.1:*"), ("dcp", "tcp://127.0.0.1:*")],
+        binds=random_binds(),
         **kwargs,  # type: ignore[arg-type]
     )
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()

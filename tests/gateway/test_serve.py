@@ -19,6 +19,8 @@ import zmq
 
 from nfgate.codecs import nfp
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Get, Keepalive, Post, Ready, Response
+from nfgate.edges.kinds import KINDS
+from tests.ports import random_bind_args, random_binds
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
 
@@ -74,12 +76,12 @@ def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
     context.destroy(linger=0)
 
 
-RANDOM = ("--bind", "nfp=tcp://127.0.0.1:0", "--bind", "dcp=tcp://127.0.0.1:0")
+RANDOM = tuple(random_bind_args())
 
 
 def test_logs_each_edge_and_exits_0_on_sigterm(tmp_path: Path) -> None:
     server = start("--data-dir", str(tmp_path), *RANDOM)
-    assert set(server.endpoints) == {"nfp", "dcp"}
+    assert set(server.endpoints) == {kind for kind, _ in random_binds()}
     assert all(
         url.startswith("tcp://127.0.0.1:") and not url.endswith(":0") for url in server.endpoints.values()
     )
@@ -117,7 +119,9 @@ def test_port_in_use_is_one_line_exit_2(tmp_path: Path) -> None:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        done = run_bad("--data-dir", str(tmp_path), "--bind", f"nfp=tcp://127.0.0.1:{port}", "--no-dcp")
+        done = run_bad(
+            "--data-dir", str(tmp_path), "--bind", f"nfp=tcp://127.0.0.1:{port}", *random_bind_args(but="nfp")
+        )
     assert done.returncode == 2
     assert "address already in use" in done.stderr and done.stderr.strip().count("\n") == 0
 
@@ -151,7 +155,9 @@ def test_accepted_job_survives_kill_9_and_is_dispatched_after_restart(
     server.proc.wait(timeout=10)
 
     port = url.rsplit(":", 1)[1]
-    again = start("--data-dir", str(tmp_path), "--bind", f"nfp=tcp://127.0.0.1:{port}", "--no-dcp")
+    again = start(
+        "--data-dir", str(tmp_path), "--bind", f"nfp=tcp://127.0.0.1:{port}", *random_bind_args(but="nfp")
+    )
     try:
         assert any("dispatched again" in line for line in again.lines)
         worker = ctx.socket(zmq.DEALER)
@@ -179,3 +185,47 @@ def test_accepted_job_survives_kill_9_and_is_dispatched_after_restart(
     finally:
         client.close()
         assert stop(again) == 0
+
+
+def _port_free(url: str) -> bool:
+    host, port = url.removeprefix("tcp://").rsplit(":", 1)
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, int(port)))
+        except OSError:
+            return False
+    return True
+
+
+def test_readme_run_command_serves_the_embedded_defaults(tmp_path: Path) -> None:
+    """The README's run command ends in a bare ``nfgate serve``: with no arguments it must
+    bind every edge on its documented default endpoint."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = [b.split("```", 1)[0].strip() for b in readme.split("```sh\n")[1:]]
+    assert blocks[0].endswith("&& nfgate serve"), "the first command in the README runs the broker"
+    defaults = {kind: spec.binds[0] for kind, spec in KINDS.items() if spec.binds}
+    taken = [url for url in defaults.values() if not _port_free(url)]
+    if taken:
+        pytest.skip(f"default ports already in use on this machine: {taken}")
+    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nfgate", "serve"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    server = Server(proc, {}, [])
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line or "nfgate: ready" in line:
+                break
+            if m := LISTEN.search(line):
+                server.endpoints[m.group(1)] = m.group(3)
+        assert server.endpoints == defaults
+        assert (tmp_path / "nfgate" / "jobs.sqlite3").exists()
+    finally:
+        assert stop(server) == 0

@@ -32,6 +32,8 @@ from typing import Any
 
 import pytest
 
+from tests.ports import random_bind_args
+
 HERE = Path(__file__).resolve().parent
 PEER = HERE / "norfab_peer.py"
 NORFAB_BROKER = HERE / "norfab_broker.py"
@@ -142,10 +144,7 @@ def broker(interop_dir: Path) -> Iterator[Broker]:
             "-m",
             "nfgate",
             "serve",
-            "--bind",
-            "nfp=tcp://127.0.0.1:0",
-            "--bind",
-            "dcp=tcp://127.0.0.1:0",
+            *random_bind_args(),
             "--data-dir",
             str(data_dir),
         ]
