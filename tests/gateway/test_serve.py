@@ -4,7 +4,6 @@ and the job store surviving kill -9."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -21,52 +20,9 @@ from nfgate.codecs import nfp
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Get, Keepalive, Post, Ready, Response
 from nfgate.edges.kinds import KINDS
 from tests.ports import random_bind_args, random_binds
+from tests.serving import LISTEN, Server, start, stop
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
-
-LISTEN = re.compile(r"nfgate: (\S+) edge \((\w+)\) listening on (\S+)")
-
-
-class Server:
-    def __init__(self, proc: subprocess.Popen[str], endpoints: dict[str, str], lines: list[str]) -> None:
-        self.proc = proc
-        self.endpoints = endpoints
-        self.lines = lines
-
-
-def start(*args: str, expect_ready: bool = True) -> Server:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nfgate", "serve", *args],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    endpoints: dict[str, str] = {}
-    lines: list[str] = []
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 20
-    while expect_ready and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        if m := LISTEN.search(line):
-            endpoints[m.group(1)] = m.group(3)
-        if "nfgate: ready" in line:
-            return Server(proc, endpoints, lines)
-    if expect_ready:
-        proc.kill()
-        pytest.fail(f"serve did not get ready: {''.join(lines)}")
-    return Server(proc, endpoints, lines)
-
-
-def stop(server: Server) -> int:
-    server.proc.send_signal(signal.SIGTERM)
-    try:
-        return server.proc.wait(timeout=15)
-    finally:
-        if server.proc.poll() is None:
-            server.proc.kill()
 
 
 @pytest.fixture

@@ -1,0 +1,66 @@
+"""``nfgate serve`` as a subprocess for tests: start it, read its log lines until
+``ready``, stop it with SIGTERM (killed if it does not exit in time)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+LISTEN = re.compile(r"nfgate: (\S+) edge \((\w+)\) listening on (\S+)")
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen[str], endpoints: dict[str, str], lines: list[str]) -> None:
+        self.proc = proc
+        self.endpoints = endpoints
+        self.lines = lines
+
+
+def start(*args: str, expect_ready: bool = True) -> Server:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nfgate", "serve", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    endpoints: dict[str, str] = {}
+    lines: list[str] = []
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 20
+    while expect_ready and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if m := LISTEN.search(line):
+            endpoints[m.group(1)] = m.group(3)
+        if "nfgate: ready" in line:
+            server = Server(proc, endpoints, lines)
+            # Keep reading: a full stderr pipe would block the gateway's logging.
+            threading.Thread(target=_drain, args=(proc, lines), daemon=True).start()
+            return server
+    if expect_ready:
+        proc.kill()
+        pytest.fail(f"serve did not get ready: {''.join(lines)}")
+    return Server(proc, endpoints, lines)
+
+
+def _drain(proc: subprocess.Popen[str], lines: list[str]) -> None:
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        lines.append(line)
+
+
+def stop(server: Server) -> int:
+    server.proc.send_signal(signal.SIGTERM)
+    try:
+        return server.proc.wait(timeout=15)
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
