@@ -152,11 +152,21 @@ def _edge_switches(command: Callable[..., None]) -> Callable[..., None]:
     help="Bind an edge here instead (repeatable; port 0 picks a free port).",
 )
 @_edge_switches
+@click.option(
+    "--metrics",
+    "metrics",
+    metavar="URL",
+    default=None,
+    help="Serve Prometheus metrics here (default http://127.0.0.1:9464).",
+)
+@click.option("--no-metrics", "no_metrics", is_flag=True, help="Do not serve metrics.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
 def serve(
     config: Path | None,
     data_dir: Path | None,
     binds: tuple[str, ...],
+    metrics: str | None,
+    no_metrics: bool,
     log_level: str | None,
     **switches: bool,
 ) -> None:
@@ -171,7 +181,7 @@ def serve(
         pairs.append((kind, url.replace(":0", ":*") if url.endswith(":0") else url))
     disabled = [kind for kind in KINDS if switches.get(_switch(kind))]
     try:
-        serving.serve(config, data_dir, pairs, disabled, log_level)
+        serving.serve(config, data_dir, pairs, disabled, log_level, metrics, no_metrics)
     except NfgateError as exc:
         fail(str(exc))
 

@@ -28,6 +28,10 @@ The file (every table and key optional)::
     liveness = 6
     inventory = "inventory.yaml"     # NFP only: sid.service.broker get_inventory
     files_root = "/srv/files"        # NFP only: fss.service.broker serves nf:// paths here
+
+    [metrics]                        # Prometheus text at <bind>/metrics
+    enabled = true
+    bind = "http://127.0.0.1:9464"
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import attrs
 
 from nfgate.edges.kinds import KINDS, path_option
 from nfgate.errors import ConfigError
+from nfgate.metrics import parse_url as parse_metrics_url
 from nfgate.routing_types import RouterConfig
 from nfgate.transports.zmq import Limits
 
@@ -50,6 +55,7 @@ __all__ = ["DEFAULT_BINDS", "EdgeConfig", "ServeConfig", "default_data_dir", "lo
 DEFAULT_BINDS: Mapping[str, tuple[str, ...]] = {k.kind: k.binds for k in KINDS.values()}
 """design.md "Default endpoints" for the edges this version serves."""
 
+DEFAULT_METRICS = "http://127.0.0.1:9464"
 _EDGE_KEYS = {"enabled", "bind", "heartbeat_ms", "liveness"}
 _ROUTING_KEYS = {"queue_expiry_ms", "max_redispatch", "max_queue_per_service", "max_in_flight_per_worker"}
 _LIMIT_KEYS = {"max_message_bytes", "max_frames", "high_water_mark"}
@@ -78,6 +84,7 @@ class ServeConfig:
     routing: RouterConfig
     limits: Limits
     edges: tuple[EdgeConfig, ...]
+    metrics: str | None = DEFAULT_METRICS  # None: no metrics endpoint
 
     def edge(self, kind: str) -> EdgeConfig:
         return next(e for e in self.edges if e.kind == kind)
@@ -142,6 +149,8 @@ def load(
     binds: Sequence[tuple[str, str]] = (),
     disabled: Sequence[str] = (),
     log_level: str | None = None,
+    metrics_bind: str | None = None,
+    no_metrics: bool = False,
 ) -> ServeConfig:
     """Build the configuration: defaults, then the TOML file, then the command line.
 
@@ -159,12 +168,21 @@ def load(
             raise ConfigError(f"config: {path} is not valid TOML: {exc}") from None
         base = path.parent
     for key in doc:
-        if key not in ("gateway", "routing", "limits", "edges"):
+        if key not in ("gateway", "routing", "limits", "edges", "metrics"):
             raise ConfigError(f"config: unknown key {key}")
     gateway = _table(doc, "gateway", {"data_dir", "log_level"})
     routing = _table(doc, "routing", _ROUTING_KEYS)
     limits = _table(doc, "limits", _LIMIT_KEYS)
     edges = _table(doc, "edges", set(DEFAULT_BINDS))
+    metrics = _table(doc, "metrics", {"enabled", "bind"})
+    metrics_on = metrics.get("enabled", True)
+    if not isinstance(metrics_on, bool):
+        raise ConfigError("config: metrics.enabled must be true or false")
+    metrics_on = metrics_on and not no_metrics
+    metrics_url = metrics_bind or metrics.get("bind", DEFAULT_METRICS)
+    if not isinstance(metrics_url, str):
+        raise ConfigError("config: metrics.bind must be a URL like http://127.0.0.1:9464")
+    parse_metrics_url(metrics_url)
     level = log_level or gateway.get("log_level", "info")
     if level not in _LOG_LEVELS:
         raise ConfigError(f"config: gateway.log_level must be one of {', '.join(_LOG_LEVELS)}, got {level!r}")
@@ -204,4 +222,5 @@ def load(
         routing=router,
         limits=limit,
         edges=tuple(kinds),
+        metrics=metrics_url if metrics_on else None,
     )

@@ -33,6 +33,7 @@ log = logging.getLogger("nfgate.gateway")
 
 BATCH = 256  # messages one edge may read per iteration: keeps one busy peer from starving the rest
 MAX_SLEEP_MS = 1000  # upper bound on one poll; signals also wake the loop through wake_fd
+PUBLISH_MS = 1000  # how often the counters are copied for the metrics thread
 
 
 def monotonic_ms() -> int:
@@ -85,6 +86,9 @@ class Gateway:
         self._closers: list[Callable[[], None]] = []
         self._actions: list[tuple[str, str]] = []
         self.logs = LogRing()
+        # Counters as of the last publish, for other threads (metrics): swapped, never mutated.
+        self.snapshot: dict[str, dict[str, int]] = {}
+        self._published: int | None = None
         self.iterations = 0
         self.misrouted = 0
         self.internal_errors = 0
@@ -163,6 +167,8 @@ class Gateway:
         if self._actions:
             self._act(now)
         self._flush(now)
+        if self._published is None or now - self._published >= PUBLISH_MS:
+            self.snapshot, self._published = self.stats(), now
         self.iterations += 1
 
     # ----------------------------------------------------------------- plumbing

@@ -11,6 +11,7 @@ import logging
 import resource
 import signal
 import socket
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -22,6 +23,7 @@ from nfgate.edges import Edge, EdgeSettings
 from nfgate.edges.kinds import KINDS
 from nfgate.errors import NfgateError
 from nfgate.gateway import Gateway
+from nfgate.metrics import MetricsServer, render
 from nfgate.routing import Router
 from nfgate.store import JobStore
 
@@ -105,17 +107,33 @@ def serve(
     binds: Sequence[tuple[str, str]],
     disabled: Sequence[str],
     log_level: str | None,
+    metrics: str | None = None,
+    no_metrics: bool = False,
 ) -> None:
     """Run the gateway until a signal; raises :class:`NfgateError` for start-up problems."""
-    cfg = load(config, data_dir=data_dir, binds=binds, disabled=disabled, log_level=log_level)
+    cfg = load(
+        config,
+        data_dir=data_dir,
+        binds=binds,
+        disabled=disabled,
+        log_level=log_level,
+        metrics_bind=metrics,
+        no_metrics=no_metrics,
+    )
     logging.basicConfig(level=cfg.log_level.upper(), format="nfgate: %(message)s")
     _raise_fd_limit()
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     holder: list[Gateway] = []
+    exporter: MetricsServer | None = None
     reader, writer = _signals(lambda: holder[0].stop() if holder else None)
     try:
+        # Metrics first: a port in use is then the only line printed.
+        exporter = _metrics(holder, cfg.metrics) if cfg.metrics is not None else None
         gateway = build(cfg, context, wake_fd=reader.fileno())
         holder.append(gateway)
+        if exporter is not None:
+            gateway.on_close(exporter.close)
+            log.info("metrics on %s", exporter.url)
         gateway.recover()
         log.info("ready (job store %s)", cfg.data_dir)
         gateway.run()
@@ -123,10 +141,26 @@ def serve(
     finally:
         if holder:
             holder[0].close()
+        elif exporter is not None:
+            exporter.close()
         signal.set_wakeup_fd(-1)
         reader.close()
         writer.close()
         context.term()
+
+
+def _metrics(holder: list[Gateway], url: str) -> MetricsServer:
+    """The metrics endpoint, serving whichever gateway ``holder`` holds once it is built."""
+    started = time.monotonic()
+
+    def page() -> str:
+        if not holder:
+            return render({}, {}, time.monotonic() - started)
+        gateway = holder[0]
+        protocols = {name: edge.protocol for name, edge in gateway.edges.items()}
+        return render(gateway.snapshot, protocols, time.monotonic() - started)
+
+    return MetricsServer(url, page)
 
 
 def _summary(gateway: Gateway) -> str:

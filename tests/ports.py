@@ -12,9 +12,9 @@ def random_binds() -> list[tuple[str, str]]:
 
 
 def random_bind_args(*, but: str = "") -> list[str]:
-    """The same as ``nfgate serve`` options (``--bind EDGE=tcp://127.0.0.1:0`` each),
-    leaving out edge ``but`` (which the caller binds itself)."""
-    args: list[str] = []
+    """The same as ``nfgate serve`` options (``--bind EDGE=tcp://127.0.0.1:0`` each, and
+    the metrics endpoint on a free port), leaving out edge ``but`` (bound by the caller)."""
+    args: list[str] = ["--metrics", "http://127.0.0.1:0"]
     for kind, _ in random_binds():
         if kind != but:
             args += ["--bind", f"{kind}=tcp://127.0.0.1:0"]

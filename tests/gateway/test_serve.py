@@ -9,6 +9,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,7 +162,7 @@ def test_readme_run_command_serves_the_embedded_defaults(tmp_path: Path) -> None
     blocks = [b.split("```", 1)[0].strip() for b in readme.split("```sh\n")[1:]]
     assert blocks[0].endswith("&& nfgate serve"), "the first command in the README runs the broker"
     defaults = {kind: spec.binds[0] for kind, spec in KINDS.items() if spec.binds}
-    taken = [url for url in defaults.values() if not _port_free(url)]
+    taken = [url for url in [*defaults.values(), "tcp://127.0.0.1:9464"] if not _port_free(url)]
     if taken:
         pytest.skip(f"default ports already in use on this machine: {taken}")
     env = dict(os.environ, XDG_DATA_HOME=str(tmp_path))
@@ -177,11 +179,58 @@ def test_readme_run_command_serves_the_embedded_defaults(tmp_path: Path) -> None
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             line = proc.stderr.readline()
+            server.lines.append(line)
             if not line or "nfgate: ready" in line:
                 break
             if m := LISTEN.search(line):
                 server.endpoints[m.group(1)] = m.group(3)
         assert server.endpoints == defaults
+        assert any("metrics on http://127.0.0.1:9464/metrics" in line for line in server.lines)
         assert (tmp_path / "nfgate" / "jobs.sqlite3").exists()
     finally:
         assert stop(server) == 0
+
+
+def test_metrics_endpoint_counts_what_the_gateway_did(
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    server = start("--data-dir", str(tmp_path), *RANDOM)
+    try:
+        url = next(line.split("metrics on ", 1)[1].strip() for line in server.lines if "metrics on " in line)
+        client = ctx.socket(zmq.DEALER)
+        client.setsockopt(zmq.LINGER, 0)
+        client.connect(server.endpoints["nfp"])
+        job = uuidlib.uuid4().hex
+        client.send_multipart(
+            nfp.encode(Post(header=CLIENT, service="nobody", target="any", uuid=job, body=(b"x",)), "spec")
+        )
+        assert client.poll(5000), "no 202"
+        client.send_multipart([b"garbage"])
+        deadline = time.monotonic() + 5
+        page = ""
+        while time.monotonic() < deadline:  # the loop publishes its counters once a second
+            with urllib.request.urlopen(url, timeout=5) as response:
+                assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+                page = response.read().decode()
+            if "nfgate_core_accepted_total 1" in page and 'event="undecodable"' in page:
+                break
+            time.sleep(0.2)
+        assert "nfgate_core_accepted_total 1" in page, page
+        assert "nfgate_core_queued 1" in page
+        assert 'nfgate_edge_events_total{edge="nfp",protocol="nfp",event="undecodable"} 1' in page
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(url.replace("/metrics", "/other"), timeout=5)
+        assert missing.value.code == 404
+        client.close(0)
+    finally:
+        assert stop(server) == 0
+
+
+def test_metrics_port_in_use_is_one_line_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = run_bad("--data-dir", str(tmp_path), *RANDOM, "--metrics", f"http://127.0.0.1:{port}")
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "metrics" in done.stderr, done.stderr

@@ -1,0 +1,129 @@
+"""Prometheus metrics for ``nfgate serve`` (text exposition format 0.0.4).
+
+The event loop owns every counter and is single-threaded, so the HTTP server never reads
+them directly: once a second the loop publishes a snapshot (:meth:`Gateway.publish`, a
+plain dict swapped by reference), and each scrape renders the latest one. A scrape is
+therefore at most a second old and costs the loop nothing.
+
+Names: ``nfgate_core_<counter>_total`` for the routing core's counters,
+``nfgate_core_<gauge>`` for its gauges (workers, jobs, queued, in_flight), and
+``nfgate_edge_events_total{edge, protocol, event}`` for what each edge counts (bad input,
+unroutable sends, ...).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from nfgate.errors import ConfigError, TransportError
+
+__all__ = ["GAUGES", "MetricsServer", "parse_url", "render"]
+
+log = logging.getLogger("nfgate.metrics")
+
+GAUGES = frozenset({"workers", "jobs", "queued", "in_flight"})
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+Snapshot = Mapping[str, Mapping[str, int]]
+"""``{"core": {...}, "edge:<name>": {...}}`` as :meth:`nfgate.gateway.Gateway.stats`."""
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _name(text: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in text)
+
+
+def render(snapshot: Snapshot, protocols: Mapping[str, str], uptime_s: float) -> str:
+    """The exposition text for one snapshot; ``protocols`` maps edge name -> protocol."""
+    lines = [
+        "# HELP nfgate_uptime_seconds Seconds since the gateway started.",
+        "# TYPE nfgate_uptime_seconds gauge",
+        f"nfgate_uptime_seconds {uptime_s:.3f}",
+    ]
+    for key, value in sorted(snapshot.get("core", {}).items()):
+        metric = f"nfgate_core_{_name(key)}"
+        if key in GAUGES:
+            lines += [f"# TYPE {metric} gauge", f"{metric} {value}"]
+        else:
+            lines += [f"# TYPE {metric}_total counter", f"{metric}_total {value}"]
+    lines.append(
+        "# HELP nfgate_edge_events_total Events counted by each edge (bad input, unroutable sends, ...)."
+    )
+    lines.append("# TYPE nfgate_edge_events_total counter")
+    for section in sorted(snapshot):
+        if not section.startswith("edge:"):
+            continue
+        edge = section.removeprefix("edge:")
+        protocol = protocols.get(edge, "")
+        for event, value in sorted(snapshot[section].items()):
+            labels = f'edge="{_label(edge)}",protocol="{_label(protocol)}",event="{_label(event)}"'
+            lines.append(f"nfgate_edge_events_total{{{labels}}} {value}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_url(url: str) -> tuple[str, int]:
+    """``http://host:port[/metrics]`` -> (host, port); port 0 picks a free one.
+
+    Raises:
+        ConfigError: not an http URL with a host and a port.
+    """
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if (
+        parts.scheme != "http"
+        or not parts.hostname
+        or port is None
+        or parts.path not in ("", "/", "/metrics")
+    ):
+        raise ConfigError(f"config: metrics.bind must look like http://127.0.0.1:9464, got {url!r}")
+    return parts.hostname, port
+
+
+class MetricsServer:
+    """``GET /metrics`` on a daemon thread, rendering ``page()`` per scrape.
+
+    Raises:
+        TransportError: the address cannot be bound (in use, not local).
+    """
+
+    def __init__(self, url: str, page: Callable[[], str]) -> None:
+        host, port = parse_url(url)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+                    self.send_error(404, "only /metrics is served here")
+                    return
+                body = page().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                log.debug("metrics: " + format, *args)  # scrapes are not INFO news
+
+        try:
+            self._httpd = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:
+            raise TransportError(f"cannot bind metrics on {url}: {exc.strerror or exc}") from None
+        self._httpd.daemon_threads = True
+        self.url = f"http://{host}:{self._httpd.server_address[1]}/metrics"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)

@@ -1,0 +1,63 @@
+"""The Prometheus text rendering and the metrics URL check (nfgate/metrics.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nfgate.config import load
+from nfgate.errors import ConfigError
+from nfgate.metrics import parse_url, render
+
+
+def test_counters_gauges_and_edge_events_render_as_prometheus_text() -> None:
+    snapshot = {
+        "core": {"accepted": 3, "workers": 2, "queued": 1},
+        "edge:nfp": {"undecodable": 4},
+        "edge:dcp-2": {'odd"name': 1},
+    }
+    page = render(snapshot, {"nfp": "nfp", "dcp-2": "dcp"}, 12.5)
+    lines = page.splitlines()
+    assert "nfgate_uptime_seconds 12.500" in lines
+    assert "# TYPE nfgate_core_accepted_total counter" in lines and "nfgate_core_accepted_total 3" in lines
+    assert "# TYPE nfgate_core_workers gauge" in lines and "nfgate_core_workers 2" in lines
+    assert 'nfgate_edge_events_total{edge="nfp",protocol="nfp",event="undecodable"} 4' in lines
+    assert 'nfgate_edge_events_total{edge="dcp-2",protocol="dcp",event="odd\\"name"} 1' in lines
+    assert page.endswith("\n")
+
+
+def test_an_empty_snapshot_still_renders() -> None:
+    assert render({}, {}, 0.0).startswith("# HELP nfgate_uptime_seconds")
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "port"),
+    [("http://127.0.0.1:9464", "127.0.0.1", 9464), ("http://localhost:0/metrics", "localhost", 0)],
+)
+def test_metrics_urls(url: str, host: str, port: int) -> None:
+    assert parse_url(url) == (host, port)
+
+
+@pytest.mark.parametrize(
+    "url", ["tcp://127.0.0.1:9464", "http://127.0.0.1", "http://:80", "http://h:x", "http://h:1/x"]
+)
+def test_bad_metrics_urls_are_config_errors(url: str) -> None:
+    with pytest.raises(ConfigError, match=r"metrics\.bind"):
+        parse_url(url)
+
+
+def test_metrics_config_keys(tmp_path: object) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "c.toml"
+    path.write_text('[metrics]\nbind = "http://127.0.0.1:9999"\n')
+    assert load(path).metrics == "http://127.0.0.1:9999"
+    assert load(path, no_metrics=True).metrics is None
+    assert load(path, metrics_bind="http://127.0.0.1:1").metrics == "http://127.0.0.1:1"
+    path.write_text("[metrics]\nenabled = false\n")
+    assert load(path).metrics is None
+    path.write_text('[metrics]\nenabled = "yes"\n')
+    with pytest.raises(ConfigError, match=r"metrics\.enabled"):
+        load(path)
+    path.write_text("[metrics]\nport = 1\n")
+    with pytest.raises(ConfigError, match=r"metrics\.port"):
+        load(path)
