@@ -48,6 +48,7 @@ from nfgate.edges.kinds import KINDS, path_option
 from nfgate.errors import ConfigError
 from nfgate.metrics import parse_url as parse_metrics_url
 from nfgate.routing_types import RouterConfig
+from nfgate.transports.curve import load_server_keys
 from nfgate.transports.zmq import Limits
 
 __all__ = ["DEFAULT_BINDS", "EdgeConfig", "ServeConfig", "default_data_dir", "load"]
@@ -132,6 +133,10 @@ def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
         key: parse(table[key], f"{where}.{key}", base) if key in table else default
         for key, (parse, default) in spec.options.items()
     }
+    if options.get("curve_allow") is not None and options.get("curve_secret_key") is None:
+        raise ConfigError(f"config: {where}.curve_allow needs {where}.curve_secret_key")
+    if enabled and options.get("curve_secret_key") is not None:
+        load_server_keys(options["curve_secret_key"], options.get("curve_allow"))  # fail at start, in one line
     return EdgeConfig(
         kind=kind,
         enabled=enabled,

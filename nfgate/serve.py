@@ -26,6 +26,7 @@ from nfgate.gateway import Gateway
 from nfgate.metrics import MetricsServer, render
 from nfgate.routing import Router
 from nfgate.store import JobStore
+from nfgate.transports.curve import stop_authenticators
 
 __all__ = ["build", "serve"]
 
@@ -71,16 +72,20 @@ def build(cfg: ServeConfig, context: zmq.Context[zmq.Socket[bytes]], wake_fd: in
                 edge = make(settings, store=store)
                 edges.append(edge)
                 if edge.endpoint:
-                    log.info("%s edge (%s) listening on %s", name, ec.kind, edge.endpoint)
+                    key = getattr(edge, "curve_public_key", "")
+                    secured = f" (CURVE, server public key {key})" if key else ""
+                    log.info("%s edge (%s) listening on %s%s", name, ec.kind, edge.endpoint, secured)
                 else:
                     log.info("%s edge (%s) started", name, ec.kind)
     except NfgateError:
         for edge in edges:
             edge.close()
+        stop_authenticators(context)
         store.close()
         raise
     gateway = Gateway(Router(cfg.routing), edges, wake_fd=wake_fd)
     gateway.on_close(store.close)
+    gateway.on_close(lambda: stop_authenticators(context))
     for edge in edges:
         edge.attach(gateway)
     return gateway

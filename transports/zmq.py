@@ -14,6 +14,7 @@ import attrs
 import zmq
 
 from nfgate.errors import TransportError
+from nfgate.transports.curve import Curve, enable_server
 
 __all__ = ["Limits", "RouterEndpoint", "connect_dealer"]
 
@@ -44,7 +45,13 @@ class RouterEndpoint:
     """
 
     def __init__(
-        self, context: zmq.Context[zmq.Socket[bytes]], url: str, limits: Limits | None = None
+        self,
+        context: zmq.Context[zmq.Socket[bytes]],
+        url: str,
+        limits: Limits | None = None,
+        *,
+        curve: Curve | None = None,
+        domain: str = "",
     ) -> None:
         self.url = url
         self.limits = limits or Limits()
@@ -60,6 +67,8 @@ class RouterEndpoint:
         sock.setsockopt(zmq.MAXMSGSIZE, self.limits.max_message_bytes)
         sock.setsockopt(zmq.SNDHWM, self.limits.high_water_mark)
         sock.setsockopt(zmq.RCVHWM, self.limits.high_water_mark)
+        if curve is not None:
+            enable_server(sock, curve, domain or url)
         try:
             sock.bind(url)
         except zmq.ZMQError as exc:

@@ -11,12 +11,15 @@ import abc
 import logging
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import zmq
 
+from nfgate.errors import ConfigError
 from nfgate.model import Command, Peer, ServiceRef
 from nfgate.routing_types import Output
+from nfgate.transports.curve import load_server_keys
 from nfgate.transports.zmq import Limits, RouterEndpoint
 
 if TYPE_CHECKING:
@@ -172,7 +175,15 @@ class RouterEdge(Edge):
 
     def __init__(self, settings: EdgeSettings) -> None:
         super().__init__(settings)
-        self.transport = RouterEndpoint(settings.context, settings.url, settings.limits)
+        secret = settings.options.get("curve_secret_key")
+        allow = settings.options.get("curve_allow")
+        curve = load_server_keys(secret, allow) if isinstance(secret, Path) else None  # type: ignore[arg-type]
+        if curve is None and allow is not None:
+            raise ConfigError(f"config: edges.{settings.protocol}.curve_allow needs curve_secret_key")
+        self.curve_public_key = curve.public_key.decode() if curve is not None else ""
+        self.transport = RouterEndpoint(
+            settings.context, settings.url, settings.limits, curve=curve, domain=settings.name
+        )
 
     @property
     def endpoint(self) -> str:

@@ -53,6 +53,14 @@ def str_list_option(value: object, where: str, base: Path) -> tuple[str, ...]:
     return tuple(value)
 
 
+CURVE_OPTIONS: Mapping[str, Option] = {
+    # A ZeroMQ secret certificate file (NorFab's private_keys/broker.key_secret works).
+    "curve_secret_key": (path_option, None),
+    # A folder of client public .key files; absent: any client key (NorFab's rule).
+    "curve_allow": (path_option, None),
+}
+
+
 @attrs.frozen(kw_only=True)
 class EdgeKind:
     """One edge kind. ``binds``: design.md "Default endpoints" (empty for an edge that
@@ -80,7 +88,7 @@ KINDS: dict[str, EdgeKind] = {
             binds=("tcp://127.0.0.1:5555",),
             heartbeat=(2500, 6),  # NorFab's keepalive interval and multiplier
             factory="nfgate.edges.nfp:make",
-            options={"inventory": (path_option, None), "files_root": (path_option, None)},
+            options={"inventory": (path_option, None), "files_root": (path_option, None), **CURVE_OPTIONS},
             summary="NFP broker (spec and NorFab 0.25 dialects)",
         ),
         EdgeKind(
@@ -88,6 +96,7 @@ KINDS: dict[str, EdgeKind] = {
             binds=("tcp://127.0.0.1:5556",),
             heartbeat=(2500, 3),
             factory="nfgate.edges.dcp:make",
+            options=CURVE_OPTIONS,
             summary="DCP broker (spec and DagBox dialects)",
         ),
     )

@@ -67,6 +67,12 @@ def test_bad_config_is_one_line_naming_the_key_exit_2(tmp_path: Path) -> None:
     config.write_text("[routing]\nqueue_expiry_ms = 'soon'\n")
     done = run_bad("--config", str(config), "--data-dir", str(tmp_path))
     assert done.returncode == 2 and "routing.queue_expiry_ms" in done.stderr
+    config.write_text('[edges.dcp]\ncurve_allow = "keys"\n')
+    done = run_bad("--config", str(config), "--data-dir", str(tmp_path))
+    assert done.returncode == 2 and "edges.dcp.curve_allow needs edges.dcp.curve_secret_key" in done.stderr
+    config.write_text('[edges.nfp]\ncurve_secret_key = "missing.key_secret"\n')
+    done = run_bad("--config", str(config), "--data-dir", str(tmp_path))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "curve_secret_key" in done.stderr
     config.write_text("this is [not toml\n")
     done = run_bad("--config", str(config), "--data-dir", str(tmp_path))
     assert done.returncode == 2 and "not valid TOML" in done.stderr

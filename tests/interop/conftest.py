@@ -102,6 +102,7 @@ class Broker:
     proc: subprocess.Popen[bytes]
     stderr_path: Path
     edges: dict[str, str] = field(default_factory=dict)
+    curve_key: str = ""  # the NFP edge's CURVE public key (Z85) when it runs CURVE
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], stderr_path: Path, timeout: float) -> dict[str, str]:
@@ -131,11 +132,29 @@ def interop_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def _curve_config(root: Path) -> tuple[Path, str]:
+    """A config putting the NFP edge under CURVE with a fresh key pair; (file, public key)."""
+    import zmq.auth
+
+    keys = root / "keys"
+    keys.mkdir()
+    public_file, secret_file = zmq.auth.create_certificates(keys, "broker")
+    public, _ = zmq.auth.load_certificate(public_file)
+    config = root / "curve.toml"
+    config.write_text(f'[edges.nfp]\ncurve_secret_key = "{secret_file}"\n')
+    return config, public.decode()
+
+
 @pytest.fixture
-def broker(interop_dir: Path) -> Iterator[Broker]:
+def broker(interop_dir: Path, request: pytest.FixtureRequest) -> Iterator[Broker]:
+    """The broker under test; ``indirect`` param "curve" runs nfgate's NFP edge with CURVE."""
     kind = broker_kind()
+    curve = getattr(request, "param", None) == "curve"
+    curve_key = ""
     log_dir = interop_dir / "logs"
     stderr_path = log_dir / f"broker-{kind}.err"
+    if curve and kind != "nfgate":
+        pytest.skip("the CURVE test runs nfgate with keys it is given; NorFab's broker makes its own")
     if kind == "nfgate":
         data_dir = interop_dir / "nfgate-data"
         data_dir.mkdir()
@@ -148,6 +167,9 @@ def broker(interop_dir: Path) -> Iterator[Broker]:
             "--data-dir",
             str(data_dir),
         ]
+        if curve:
+            config, curve_key = _curve_config(interop_dir)
+            cmd += ["--config", str(config)]
     else:
         cmd = [sys.executable, str(NORFAB_BROKER), "--base-dir", str(interop_dir / "norfab-broker")]
     with open(log_dir / f"broker-{kind}.out", "wb") as out, open(stderr_path, "wb") as err:
@@ -164,7 +186,13 @@ def broker(interop_dir: Path) -> Iterator[Broker]:
         if kind == "nfgate" and "dcp" not in edges:
             pytest.fail(f"nfgate announced no dcp edge: {edges}\n{_tail(stderr_path)}", pytrace=False)
         yield Broker(
-            kind=kind, nfp=edges["nfp"], dcp=edges.get("dcp"), proc=proc, stderr_path=stderr_path, edges=edges
+            kind=kind,
+            nfp=edges["nfp"],
+            dcp=edges.get("dcp"),
+            proc=proc,
+            stderr_path=stderr_path,
+            edges=edges,
+            curve_key=curve_key,
         )
     finally:
         died = proc.poll()  # not None: it exited by itself during the test
@@ -207,6 +235,8 @@ class Peers:
         return render_logs(self.log_dir)
 
     def _spawn(self, args: list[str], label: str) -> tuple[subprocess.Popen[bytes], Path]:
+        if self.broker.curve_key:  # NorFab's zmq_auth on, trusting the key in its inventory
+            args = [*args, "--shared-key", self.broker.curve_key]
         stdout_path = self.log_dir / f"{label}.out"
         with open(stdout_path, "wb") as out, open(self.log_dir / f"{label}.err", "wb") as err:
             proc = subprocess.Popen(

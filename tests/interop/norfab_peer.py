@@ -49,14 +49,16 @@ RESULT_PREFIX = "NORFAB_PEER_RESULT "
 WORKING = "norfab_peer: worker {name} working"
 
 
-def _inventory(endpoint: str, base_dir: str) -> Any:
+def _inventory(endpoint: str, base_dir: str, shared_key: str | None = None) -> Any:
+    """``zmq_auth: false``, or with ``shared_key`` NorFab's default CURVE trusting that
+    broker public key (NorFab's ``broker.shared_key`` inventory option)."""
     from norfab.core.inventory import NorFabInventory
 
     os.makedirs(base_dir, exist_ok=True)
-    return NorFabInventory(
-        data={"broker": {"endpoint": endpoint, "zmq_auth": False}},
-        base_dir=base_dir,
-    )
+    broker: dict[str, Any] = {"endpoint": endpoint, "zmq_auth": False}
+    if shared_key:
+        broker = {"endpoint": endpoint, "zmq_auth": True, "shared_key": shared_key}
+    return NorFabInventory(data={"broker": broker}, base_dir=base_dir)
 
 
 def _json_arg(text: str | None) -> Any:
@@ -105,7 +107,7 @@ def run_worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
 
     worker = InteropWorker(
-        _inventory(args.endpoint, args.base_dir),
+        _inventory(args.endpoint, args.base_dir, args.shared_key),
         args.endpoint,
         args.service,
         args.name,
@@ -163,7 +165,9 @@ def run_client(args: argparse.Namespace) -> int:
     from norfab.core.client import NFPClient
 
     exit_event = threading.Event()
-    client = NFPClient(_inventory(args.endpoint, args.base_dir), args.endpoint, args.name, exit_event)
+    client = NFPClient(
+        _inventory(args.endpoint, args.base_dir, args.shared_key), args.endpoint, args.name, exit_event
+    )
     out: dict[str, Any] = {}
     try:
         if args.wait_workers:
@@ -205,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--endpoint", required=True)
     w.add_argument("--base-dir", required=True)
     w.add_argument("--log-level", default="INFO")
+    w.add_argument("--shared-key", default=None, help="broker CURVE public key (zmq_auth on)")
 
     c = sub.add_parser("client")
     c.add_argument("--name", default="interop-client")
@@ -221,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--workers", default='"all"', help='JSON: "any", "all", "w1" or ["w1","w2"]')
     c.add_argument("--kwargs", default="{}")
     c.add_argument("--timeout", type=int, default=30)
+    c.add_argument("--shared-key", default=None, help="broker CURVE public key (zmq_auth on)")
 
     args = parser.parse_args(argv)
     if args.role == "worker":

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 import zmq
 
-from nfgate.codecs import dcp
+from nfgate.codecs import dcp, nfp
 from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Reply, Request
+from nfgate.codecs.nfp.messages import WORKER, Keepalive
 
 from .conftest import Broker, Peers
 
@@ -265,3 +266,31 @@ def test_mmi_show_workers_lists_connected_workers(peers: Peers) -> None:
     assert isinstance(listed, list) and all(isinstance(w, dict) for w in listed), logs
     assert {w.get("name") for w in listed} == {"w1", "w2"}, logs
     assert {w.get("service") for w in listed} == {"echo"}, logs
+
+
+# ------------------------------------------------------------------------------ CURVE
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("broker", ["curve"], indirect=True)
+def test_run_job_over_curve_with_norfabs_default_zmq_auth(broker: Broker, peers: Peers) -> None:
+    """NorFab's default (zmq_auth on) against nfgate's NFP edge running CURVE with a key
+    the peers know from their inventory's broker.shared_key; a plain peer gets nowhere."""
+    assert broker.curve_key
+    peers.start_worker("cw1", service="echo")
+    kwargs = {"secret": "over curve"}
+    answer = peers.run_client(
+        "c-curve", service="echo", task="echo", workers="any", kwargs=kwargs, timeout=20, wait_workers=["cw1"]
+    )
+    logs = f"client answer: {answer!r}\n{peers.logs()}"
+    _assert_ok(_entry(answer.get("job"), "cw1", logs), kwargs, logs)
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        plain = ctx.socket(zmq.DEALER)
+        plain.setsockopt(zmq.LINGER, 0)
+        plain.connect(broker.nfp)
+        plain.send_multipart(nfp.encode(Keepalive(header=WORKER, service="echo"), "spec"))
+        assert plain.poll(500) == 0, "a peer without CURVE must not be answered"
+    finally:
+        ctx.destroy(linger=0)
