@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from nfgate.edges.sada_options import DIALECT_CHOICES, IDENTITY_FORMS, choice_option, int_option, text_option
 from nfgate.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -98,6 +99,33 @@ KINDS: dict[str, EdgeKind] = {
             factory="nfgate.edges.dcp:make",
             options=CURVE_OPTIONS,
             summary="DCP broker (spec and DagBox dialects)",
+        ),
+        EdgeKind(
+            kind="sada",
+            binds=("tcp://127.0.0.1:5055",),
+            heartbeat=(5000, 3),  # PIRAN's Darbaan channel: PING every 5 s, 3 retries
+            factory="nfgate.edges.sada:make",
+            options={
+                "identity_form": (choice_option(IDENTITY_FORMS), "spec"),
+                "public_endpoint": (text_option, ""),
+                "dialect": (choice_option(DIALECT_CHOICES), "auto"),
+                "request_timeout_ms": (int_option(0), 0),
+                "server_capacity": (int_option(1), 8),
+            },
+            summary="SADA channel (spec and PIRAN dialects)",
+        ),
+        EdgeKind(
+            kind="sada-server",
+            binds=(),  # connects out to the configured channels
+            heartbeat=(5000, 3),
+            factory="nfgate.edges.sada_server:make",
+            options={
+                "channels": (str_list_option, ()),
+                "dialect": (choice_option(DIALECT_CHOICES), "auto"),
+                "request_timeout_ms": (int_option(0), 0),
+                "refresh_ms": (int_option(1), 1000),
+            },
+            summary="SADA server (connects to the configured channels)",
         ),
     )
 }

@@ -21,11 +21,12 @@ from typing import ClassVar
 
 import zmq
 
-from nfgate.codecs import dcp, nfp
+from nfgate.codecs import dcp, nfp, sada
 from nfgate.codecs.dcp.messages import Ping, Registration
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Keepalive, Open, Post, Ready, Response
+from nfgate.codecs.sada.messages import Intr, Pong, Rep, Req
 from nfgate.transports.zmq import connect_dealer
 
 HEARTBEAT_S = 0.1  # the workers' beat; the gateway under test runs with 100 ms x 3
@@ -140,6 +141,25 @@ class DcpWorker(ZmqEchoWorker):
         return dcp.encode(DcpReply(client=message.client, metadata=message.metadata, data=message.data))
 
 
+class SadaWorker(ZmqEchoWorker):
+    """A SADA server: INTRs its service to the channel; its PONG every beat is the
+    conversation that keeps the channel from declaring it dead."""
+
+    edge = "sada"
+
+    def register(self, sock: zmq.Socket[bytes]) -> None:
+        sock.send_multipart(sada.encode(Intr(services=((self.service, ""),))))
+
+    def beat(self) -> list[bytes]:
+        return sada.encode(Pong())
+
+    def on_message(self, frames: list[bytes]) -> list[bytes] | None:
+        message = sada.decode(frames)
+        if not isinstance(message, Req):
+            return None  # PING: the beat answers it
+        return sada.encode(Rep(request_id=message.request_id, status=200, payload=message.payload))
+
+
 class Client(abc.ABC):
     edge: ClassVar[str]
     exact: ClassVar[bool] = True  # False: the reply is wrapped (NorFab), compare the value
@@ -221,5 +241,31 @@ class DcpClient(Client):
             sock.close(0)
 
 
-WORKERS: dict[str, type[EchoWorker]] = {"nfp": NfpWorker, "dcp": DcpWorker}
-CLIENTS: dict[str, type[Client]] = {"nfp": NfpClient, "nfp-norfab": NorfabClient, "dcp": DcpClient}
+class SadaClient(Client):
+    """A peer sending REQ to the gateway's SADA channel."""
+
+    edge = "sada"
+
+    def call(self, service: str, body: bytes, timeout: float) -> bytes:
+        sock = connect_dealer(self.context, self.endpoint)
+        try:
+            rid = uuidlib.uuid4().hex
+            sock.send_multipart(
+                sada.encode(Req(request_id=rid, service=service, category="c", action="a", payload=body))
+            )
+            reply = sada.decode(_recv_until(sock, time.monotonic() + timeout))
+            assert isinstance(reply, Rep) and reply.request_id == rid, reply
+            if reply.status != 200:
+                raise Unanswered(f"status {reply.status}: {reply.payload!r}")
+            return reply.payload
+        finally:
+            sock.close(0)
+
+
+WORKERS: dict[str, type[EchoWorker]] = {"nfp": NfpWorker, "dcp": DcpWorker, "sada": SadaWorker}
+CLIENTS: dict[str, type[Client]] = {
+    "nfp": NfpClient,
+    "nfp-norfab": NorfabClient,
+    "dcp": DcpClient,
+    "sada": SadaClient,
+}

@@ -1,0 +1,367 @@
+"""The SADA channel edge (specs/safir-darbaan.md), spec and PIRAN dialects per peer.
+
+Wiring only: a ROUTER whose identity is its public endpoint + ``nfgate.codecs.sada`` +
+the channel table in ``nfgate.codecs.sada.session``. Decisions (docs/protocols/sada.md,
+docs/translation-sada.md):
+
+- Servers connect and INTR their services (name + version); they become workers of the
+  routing core. An empty version is an unversioned service, matching any version asked.
+- The channel gives each REQ its own request id (PIRAN's ``RQ-…`` form, which PIRAN
+  servers validate and spec servers take as any unique text) and remembers which core
+  request it stands for, per server.
+- A registered server silent for one heartbeat interval is sent PING, again each
+  interval; the core drops it after ``interval * liveness`` of silence (``Unregister``
+  by expiry) and re-dispatches its requests. SADA has no goodbye: the edge forgets it,
+  and if it speaks again (REP, PONG) it is asked to introduce itself (RINTR).
+- A peer that sends REQ to the channel is a client: its request is routed to a worker
+  of any protocol and answered REP with the request id it chose and an HTTP status
+  (queue expiry 503, worker timeout 504, internal 500).
+- Each peer is answered in its version-frame form (``SADA1`` or ``SADA\\x01``) and its
+  dialect (PIRAN's int32 REP status): from an ``ip:port`` identity on its first message,
+  else from the request id of its first REQ.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from typing import cast
+
+from nfgate.codecs import sada as wire
+from nfgate.codecs._base import Message
+from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
+from nfgate.codecs.sada.session import Action, ChannelState, channel_step, piran_evidence, request_id
+from nfgate.edges import EdgeSettings, RouterEdge, peer_label
+from nfgate.edges.sada_common import (
+    DEFAULT_PROTO,
+    WireCache,
+    client_status,
+    join_body,
+    req_fields,
+    resolve_port,
+    sada_router,
+    service_ref,
+)
+from nfgate.errors import ConfigError, DecodeError, EncodeError
+from nfgate.model import Command, Heartbeat, Peer, Register, Reply, Request, ServiceRef, Unregister
+from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
+from nfgate.store import JobStore
+
+__all__ = ["SadaChannelEdge", "make"]
+
+log = logging.getLogger("nfgate.edge.sada")
+
+MAX_PEERS = 100_000  # client records kept; the oldest non-servers are forgotten beyond it
+
+
+class _Peer:
+    __slots__ = ("dialect", "held", "proto", "rintr_at", "services", "state")
+
+    def __init__(self, dialect: str) -> None:
+        self.dialect = dialect
+        self.proto = DEFAULT_PROTO
+        self.state = ChannelState.NEW
+        self.services: tuple[ServiceRef, ...] = ()
+        self.held: dict[str, int] = {}  # request id sent -> core id
+        self.rintr_at: int | None = None
+
+
+class SadaChannelEdge(RouterEdge):
+    """The channel. Raises :class:`nfgate.errors.TransportError` when it cannot bind,
+    :class:`ConfigError` when its public endpoint cannot be an identity."""
+
+    protocol = "sada"
+
+    def __init__(self, settings: EdgeSettings) -> None:
+        # RouterEdge's transport cannot set an identity before binding: build our own.
+        super(RouterEdge, self).__init__(settings)
+        opts = settings.options
+        url = resolve_port(settings.url)
+        public = str(opts.get("public_endpoint") or "") or url
+        head, _, port = public.rpartition(":")
+        if port in ("*", "0"):  # the public port is the one bound
+            public = f"{head}:{url.rpartition(':')[2]}"
+        try:
+            identity = wire.channel_identity(public, str(opts.get("identity_form", "spec")))
+        except ValueError as exc:
+            raise ConfigError(
+                f"config: edges.{settings.protocol}: the channel identity is its public endpoint, "
+                f"and {public!r} is not one ({exc}); set edges.{settings.protocol}.public_endpoint"
+            ) from None
+        self.identity = identity
+        self.transport = sada_router(settings.context, url, settings.limits, identity=identity)
+        heartbeat = cast("tuple[int, int]", opts.get("heartbeat", (5000, 3)))
+        self._interval = heartbeat[0]
+        self._forced = str(opts.get("dialect", "auto"))
+        timeout = int(cast("int", opts.get("request_timeout_ms", 0)))
+        self._timeout = timeout or None
+        self._capacity = int(cast("int", opts.get("server_capacity", 8)))
+        self._peers: OrderedDict[bytes, _Peer] = OrderedDict()
+        self._servers: dict[bytes, _Peer] = {}
+        self._due: OrderedDict[bytes, int] = OrderedDict()  # server -> when it is pinged
+        self._seq = 0
+        self._wire = WireCache()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _encode(self, message: Message, dialect: str) -> list[bytes] | None:
+        try:
+            return wire.encode(message, "spec" if dialect == "auto" else dialect)
+        except EncodeError as exc:
+            self.counters["unencodable"] += 1
+            log.debug("%s: cannot encode %s: %s", self.name, message.TYPE, exc.reason)
+            return None
+
+    def _send_message(self, address: bytes, message: Message, dialect: str) -> bool:
+        frames = self._encode(message, dialect)
+        return frames is not None and self.send(address, frames)
+
+    def _record(self, address: bytes, message: Message) -> _Peer:
+        p = self._peers.get(address)
+        proto: bytes = getattr(message, "proto", DEFAULT_PROTO)
+        if p is None:
+            dialect = self._forced
+            if dialect == "auto" and piran_evidence(identity=address, proto=proto):
+                dialect = "piran"
+            p = self._peers[address] = _Peer(dialect)
+            if len(self._peers) > MAX_PEERS:
+                oldest, old = next(iter(self._peers.items()))
+                if old.state is not ChannelState.SERVER:
+                    del self._peers[oldest]
+        # Only a REP's status differs between dialects, and a REP answers a REQ: without
+        # an ip:port identity, a client's first REQ settles it (PIRAN's Darbaan ids).
+        if p.dialect == "auto" and isinstance(message, Req):
+            p.dialect = "piran" if piran_evidence(request_id=message.request_id, proto=proto) else "spec"
+        # PIRAN only reads SADA1: a peer writing SADA\x01 is answered in the spec dialect.
+        if proto != p.proto:
+            p.proto = proto
+            if proto != DEFAULT_PROTO:
+                p.dialect = "spec"
+        return p
+
+    # ------------------------------------------------------------------ input
+
+    def receive(self, now_ms: int, budget: int) -> list[Command]:
+        commands: list[Command] = []
+        recv = self.transport.recv
+        for _ in range(budget):
+            got = recv()
+            if got is None:
+                break
+            address, frames = got
+            try:
+                message = wire.decode(frames, wire.detect(frames))
+            except DecodeError as exc:
+                self.bad_input(self.peer(address), "undecodable", exc.reason)
+                self._reject(address, frames)
+                continue
+            self._on_message(address, message, now_ms, commands)
+        return commands
+
+    def _reject(self, address: bytes, frames: list[bytes]) -> None:
+        """A REQ that does not decode but whose request id reads is answered 400."""
+        if len(frames) < 4 or frames[2] != b"REQ" or frames[1] not in wire.PROTOS:
+            return
+        try:
+            rid = frames[3].decode("utf-8")
+            rep = Rep(proto=frames[1], request_id=rid, status=400, payload=b"")
+        except (UnicodeDecodeError, ValueError):
+            return
+        p = self._peers.get(address)
+        self._send_message(address, rep, p.dialect if p is not None else "spec")
+
+    def _on_message(self, address: bytes, message: Message, now: int, out: list[Command]) -> None:
+        p = self._record(address, message)
+        p.state, action = channel_step(p.state, message.TYPE)
+        peer = self.peer(address)
+        if address in self._due:  # any conversation counts as a heartbeat (PING and PONG)
+            self._due[address] = now + self._interval
+            self._due.move_to_end(address)
+        match action, message:
+            case Action.REGISTER, Intr():
+                out.extend(self._register(address, p, message, now))
+            case Action.REQUEST, Req():
+                out.append(self._request(peer, message))
+            case Action.REPLY, Rep():
+                reply = self._reply(peer, p, message)
+                if reply is not None:
+                    out.append(reply)
+            case Action.HEARTBEAT, _:
+                out.append(Heartbeat(peer=peer))
+            case Action.PONG, _:
+                self._send_message(address, Pong(proto=p.proto), p.dialect)
+                if address in self._servers:
+                    out.append(Heartbeat(peer=peer))
+            case Action.RINTR, _:
+                self._rintr(address, p, now)
+            case _:
+                self.bad_input(peer, "unexpected", f"{message.TYPE} from a {p.state.value} peer")
+
+    def _register(self, address: bytes, p: _Peer, msg: Intr, now: int) -> list[Command]:
+        peer = self.peer(address)
+        services = tuple(dict.fromkeys(service_ref(name, version) for name, version in msg.services))
+        p.services = services
+        if not services:
+            # "INTR with zero services": known (no RINTR), but nothing to route to it.
+            if self._servers.pop(address, None) is not None:
+                self._due.pop(address, None)
+                p.held.clear()
+                return [Unregister(peer=peer, reason="introduced no services")]
+            return []
+        self._servers[address] = p
+        self._due[address] = now + self._interval
+        self._due.move_to_end(address)
+        return [Register(peer=peer, services=services, capacity=self._capacity, name=self._label(address))]
+
+    @staticmethod
+    def _label(address: bytes) -> str:
+        return "sada-" + peer_label(address)
+
+    def _request(self, peer: Peer, msg: Req) -> Request:
+        return Request(
+            service=self._wire.ref(msg.service, msg.version),
+            action=self._wire.action(msg.category, msg.action),
+            body=(msg.payload,),
+            timeout_ms=self._timeout,
+            reply_to=peer,
+            origin=msg.request_id.encode("utf-8"),
+        )
+
+    def _reply(self, peer: Peer, p: _Peer, msg: Rep) -> Reply | None:
+        core_id = p.held.get(msg.request_id)
+        if core_id is None:
+            self.bad_input(peer, "unknown_reply", f"REP for request id {msg.request_id[:64]!r}")
+            return None
+        if msg.status >= 200:  # a 1xx REP is relayed as interim; the final REP follows
+            del p.held[msg.request_id]
+        return Reply(
+            id=core_id,
+            status=msg.status,
+            body=(msg.payload,),
+            worker=peer,
+            worker_name=self._label(peer.address),
+        )
+
+    def _rintr(self, address: bytes, p: _Peer, now: int) -> None:
+        # At most one RINTR per heartbeat interval: a server streaming REPs to a channel
+        # that forgot it needs to be asked once, not once per message.
+        if p.rintr_at is not None and now - p.rintr_at < max(self._interval, 1):
+            self.counters["rintr_suppressed"] += 1
+            return
+        p.rintr_at = now
+        self.counters["rintr_sent"] += 1
+        self._send_message(address, Rintr(proto=p.proto), p.dialect)
+
+    # ----------------------------------------------------------------- output
+
+    def emit(self, output: Output, now_ms: int) -> list[Command]:
+        match output:
+            case Dispatch():
+                return self._dispatch(output)
+            case Deliver():
+                self._deliver(output)
+            case Evict():
+                # SADA has no DISCONNECT: forget the server; if it speaks again it gets RINTR.
+                self._forget(output.worker.address)
+            case Abort():
+                p = self._servers.get(output.worker.address)
+                if p is not None:
+                    for rid in [r for r, cid in p.held.items() if cid == output.request.id]:
+                        del p.held[rid]
+            case Accepted():
+                pass
+            case _:
+                self.counters["unexpected_output"] += 1
+        return []
+
+    def _forget(self, address: bytes) -> None:
+        p = self._servers.pop(address, None)
+        self._due.pop(address, None)
+        if p is not None:
+            p.state = ChannelState.NEW
+            p.held.clear()
+
+    def _dispatch(self, out: Dispatch) -> list[Command]:
+        address, request = out.worker.address, out.request
+        p = self._servers.get(address)
+        if p is None:  # the core has a worker this edge forgot: reconcile
+            return [Unregister(peer=out.worker, reason="unknown to the SADA channel")]
+        self._seq += 1
+        rid = request_id(self._seq, time.time_ns() // 1_000_000)
+        version, category, action = req_fields(request, p.services)
+        try:
+            message = Req(
+                proto=p.proto,
+                request_id=rid,
+                service=request.service.name,
+                version=version,
+                category=category,
+                action=action,
+                payload=join_body(request.body),
+            )
+        except (ValueError, TypeError, EncodeError) as exc:
+            # A service or action name SADA cannot carry (control characters).
+            self.counters["unencodable"] += 1
+            log.debug("%s: cannot send request %d as REQ: %s", self.name, request.id, exc)
+            return [Reply(id=request.id, status=500, worker=out.worker)]
+        p.held[rid] = request.id
+        if not self._send_message(address, message, p.dialect):
+            self._forget(address)
+            return [Unregister(peer=out.worker, reason="socket gone")]
+        return []
+
+    def _deliver(self, out: Deliver) -> None:
+        reply = out.reply
+        if reply.interim:
+            return  # SADA has one REP per REQ
+        address = out.client.address
+        p = self._peers.get(address)
+        proto, dialect = (p.proto, p.dialect) if p is not None else (DEFAULT_PROTO, "spec")
+        try:
+            rep = Rep(
+                proto=proto,
+                request_id=out.request.origin.decode("utf-8"),
+                status=client_status(reply.status, out.reason),
+                payload=join_body(reply.body),
+            )
+        except (ValueError, EncodeError) as exc:
+            self.counters["unencodable"] += 1
+            log.debug("%s: cannot deliver reply %d: %s", self.name, reply.id, exc)
+            return
+        self._send_message(address, rep, dialect)
+
+    # ------------------------------------------------------------------ timers
+
+    def tick(self, now_ms: int) -> list[Command]:
+        """PING every server silent for one interval (PING and PONG command)."""
+        out: list[Command] = []
+        due = self._due
+        for _ in range(len(due)):
+            address, when = next(iter(due.items()))
+            if when > now_ms:
+                break
+            due[address] = now_ms + self._interval
+            due.move_to_end(address)
+            p = self._servers[address]
+            self.counters["pings_sent"] += 1
+            if not self._send_message(address, Ping(proto=p.proto), p.dialect):
+                self._forget(address)
+                out.append(Unregister(peer=self.peer(address), reason="socket gone"))
+        return out
+
+    def next_deadline(self) -> int | None:
+        if not self._due or self._interval <= 0:
+            return None
+        return next(iter(self._due.values()))
+
+    def stats(self) -> dict[str, int]:
+        stats = super().stats()
+        stats["servers"] = len(self._servers)
+        return stats
+
+
+def make(settings: EdgeSettings, *, store: JobStore) -> SadaChannelEdge:
+    """The ``sada`` edge kind's factory (:mod:`nfgate.edges.kinds`); SADA keeps no job
+    records. Raises :class:`ConfigError` or :class:`nfgate.errors.TransportError`."""
+    return SadaChannelEdge(settings)

@@ -1,0 +1,286 @@
+"""The SADA server edge: the gateway as a Safir-Darbaan *server* of the channels listed in
+its config (``[edges.sada-server] channels = ["tcp://…"]``).
+
+Wiring only: one ROUTER that connects out + ``nfgate.codecs.sada`` + the server table in
+``nfgate.codecs.sada.session``. Decisions (docs/protocols/sada.md):
+
+- The gateway sets no identity ("Servers … MUST not set an identity"). To speak first
+  (INTR) a server must address the channel by its identity; rather than guess it (the
+  spec's ``tcp://ip:port``, PIRAN's ``ip:port``, or whatever the channel set), the edge
+  names each connection itself (ZMQ_CONNECT_ROUTING_ID, the spec form of the URL): the
+  INTR is queued until the connection is up, and the name survives channel restarts.
+- The INTR lists the services the routing core has workers for, read from
+  ``gateway.router.workers()`` every ``refresh_ms``, and is sent again when that set
+  changes. Services whose only workers are SADA servers are left out: SADA channels
+  reach those servers directly, and re-introducing them would let two gateways bounce
+  requests between each other.
+- Each REQ is routed through the core to a worker of any protocol and answered REP with
+  the channel's request id and an HTTP status (503 queue expiry, 504 worker timeout,
+  500 internal), in the channel's version-frame form and dialect (PIRAN's int32 status
+  when its first REQ carries a PIRAN request id).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import cast
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from nfgate.codecs import sada as wire
+from nfgate.codecs._base import Message
+from nfgate.codecs.sada.messages import Intr, Pong, Rep, Req
+from nfgate.codecs.sada.session import Action, ServerState, piran_evidence, server_step
+from nfgate.edges import Edge, EdgeSettings
+from nfgate.edges.sada_common import DEFAULT_PROTO, WireCache, client_status, connect, join_body, sada_router
+from nfgate.errors import ConfigError, DecodeError, EncodeError
+from nfgate.model import Command, Request
+from nfgate.routing_types import Accepted, Deliver, Output
+from nfgate.store import JobStore
+
+__all__ = ["SadaServerEdge", "make"]
+
+log = logging.getLogger("nfgate.edge.sada")
+
+
+class _Channel:
+    __slots__ = ("dialect", "identity", "proto", "state", "url")
+
+    def __init__(self, url: str, identity: bytes, dialect: str) -> None:
+        self.url = url
+        self.identity = identity  # our name for the connection (ZMQ_CONNECT_ROUTING_ID)
+        self.dialect = dialect  # "auto" until its first message settles it
+        self.proto = DEFAULT_PROTO
+        self.state = ServerState.NEW
+
+
+class SadaServerEdge(Edge):
+    """The server. Raises :class:`ConfigError` for a channel URL that names no
+    ``tcp://host:port``, :class:`nfgate.errors.TransportError` if it cannot connect."""
+
+    protocol = "sada"
+
+    def __init__(self, settings: EdgeSettings) -> None:
+        super().__init__(settings)
+        opts = settings.options
+        forced = str(opts.get("dialect", "auto"))
+        timeout = int(cast("int", opts.get("request_timeout_ms", 0)))
+        self._timeout = timeout or None
+        self._refresh = max(1, int(cast("int", opts.get("refresh_ms", 1000))))
+        self._channels: dict[bytes, _Channel] = {}
+        for url in cast("tuple[str, ...]", opts.get("channels", ())):
+            try:
+                identity = wire.channel_identity(url, "spec")
+            except ValueError as exc:
+                raise ConfigError(f"config: edges.{settings.protocol}.channels: {url!r}: {exc}") from None
+            # Dial the spec form, so a bare ip:port in the config works too.
+            self._channels.setdefault(identity, _Channel(identity.decode(), identity, forced))
+        self._services: tuple[tuple[str, str], ...] = ()
+        self._next_refresh = 0
+        self._wire = WireCache()
+        # Bound only to a private inproc name: RouterEndpoint binds, and nobody dials it.
+        inproc = f"inproc://nfgate-{settings.name}-{id(self):x}"
+        self.transport = sada_router(settings.context, inproc, settings.limits)
+        # A channel that restarts has lost our INTR, and it cannot RINTR a server that
+        # set no identity (it does not know its name): re-INTR on every new connection.
+        self._monitor: zmq.Socket[bytes] | None = None
+        try:
+            if self._channels:
+                self._monitor = self.transport.socket.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+            for channel in self._channels.values():
+                connect(self.transport, channel.url, channel.identity)
+        except Exception:
+            self.close()
+            raise
+
+    @property
+    def endpoint(self) -> str:
+        return ""  # connects out only
+
+    def sockets(self) -> Sequence[zmq.Socket[bytes] | int]:
+        if self._monitor is None:
+            return (self.transport.socket,)
+        return (self.transport.socket, self._monitor)
+
+    def close(self) -> None:
+        if self._monitor is not None:
+            self.transport.socket.disable_monitor()
+            self._monitor.close(0)
+            self._monitor = None
+        self.transport.close()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _send_message(self, channel: _Channel, message: Message) -> bool:
+        dialect = "spec" if channel.dialect == "auto" else channel.dialect
+        try:
+            frames = wire.encode(message, dialect)
+        except EncodeError as exc:
+            self.counters["unencodable"] += 1
+            log.debug("%s: cannot encode %s: %s", self.name, message.TYPE, exc.reason)
+            return False
+        if self.transport.send(channel.identity, frames):
+            return True
+        self.counters["unroutable"] += 1
+        return False
+
+    def _intr(self, channel: _Channel) -> None:
+        # INTR is the same in both dialects; SADA1 until the channel has spoken (design.md).
+        if self._send_message(channel, Intr(proto=channel.proto, services=self._services)):
+            channel.state = ServerState.INTRODUCED
+            self.counters["intr_sent"] += 1
+
+    def _offered(self) -> tuple[tuple[str, str], ...]:
+        """(name, version) of every service the core has a non-SADA worker for."""
+        gateway = self.gateway
+        if gateway is None:
+            return ()
+        seen: dict[tuple[str, str], None] = {}
+        for info in gateway.router.workers():
+            if info.peer.protocol == "sada":
+                continue
+            for ref in info.services:
+                version = ref.version or ""
+                # INTR frames are printable text: a DCP service named in raw bytes cannot go.
+                if ref.name.isprintable() and version.isprintable():
+                    seen[(ref.name, version)] = None
+        return tuple(sorted(seen))
+
+    # ------------------------------------------------------------------ input
+
+    def _connections(self, budget: int) -> None:
+        """Introduce the gateway to each channel whose connection just came up."""
+        monitor = self._monitor
+        if monitor is None:
+            return
+        for _ in range(budget):
+            try:
+                event = recv_monitor_message(monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            url = event["endpoint"].decode("utf-8", "replace") if isinstance(event["endpoint"], bytes) else ""
+            matched = [c for c in self._channels.values() if c.url == url] or list(self._channels.values())
+            for channel in matched:
+                self.counters["connections"] += 1
+                self._intr(channel)
+
+    def receive(self, now_ms: int, budget: int) -> list[Command]:
+        self._connections(budget)
+        commands: list[Command] = []
+        recv = self.transport.recv
+        for _ in range(budget):
+            got = recv()
+            if got is None:
+                break
+            address, frames = got
+            channel = self._channels.get(address)
+            if channel is None:  # pragma: no cover - every pipe is one we named
+                self.bad_input(self.peer(address), "unknown_channel", "a message from no configured channel")
+                continue
+            try:
+                message = wire.decode(frames, wire.detect(frames))
+            except DecodeError as exc:
+                self.bad_input(self.peer(address), "undecodable", exc.reason)
+                continue
+            self._settle(channel, message)
+            self._on_message(channel, message, commands)
+        return commands
+
+    @staticmethod
+    def _settle(channel: _Channel, message: Message) -> None:
+        proto: bytes = getattr(message, "proto", DEFAULT_PROTO)
+        # Only a REP's status differs between dialects, and a REP answers a REQ: the
+        # first REQ settles it (PIRAN's Darbaan ids), whatever came before it.
+        if channel.dialect == "auto" and isinstance(message, Req):
+            piran = piran_evidence(request_id=message.request_id, proto=proto)
+            channel.dialect = "piran" if piran else "spec"
+        if proto != channel.proto:
+            channel.proto = proto
+            if proto != DEFAULT_PROTO:
+                channel.dialect = "spec"  # PIRAN only reads SADA1
+
+    def _on_message(self, channel: _Channel, message: Message, out: list[Command]) -> None:
+        # The state moves only when an INTR is sent (_intr): the table's next state.
+        _, action = server_step(channel.state, message.TYPE)
+        if action is Action.INTR or (channel.state is ServerState.NEW and action is not Action.UNEXPECTED):
+            self._intr(channel)  # asked for, or the channel spoke before our INTR reached it
+        match action, message:
+            case Action.INTR, _:
+                pass
+            case Action.PONG, _:
+                self._send_message(channel, Pong(proto=channel.proto))
+            case Action.REQUEST, Req():
+                out.append(
+                    Request(
+                        service=self._wire.ref(message.service, message.version),
+                        action=self._wire.action(message.category, message.action),
+                        body=(message.payload,),
+                        timeout_ms=self._timeout,
+                        reply_to=self.peer(channel.identity),
+                        origin=message.request_id.encode("utf-8"),
+                    )
+                )
+            case _:
+                self.bad_input(self.peer(channel.identity), "unexpected", f"{message.TYPE} from a channel")
+
+    # ----------------------------------------------------------------- output
+
+    def emit(self, output: Output, now_ms: int) -> list[Command]:
+        if isinstance(output, Deliver):
+            self._deliver(output)
+        elif not isinstance(output, Accepted):
+            self.counters["unexpected_output"] += 1  # nothing is dispatched to channels
+        return []
+
+    def _deliver(self, out: Deliver) -> None:
+        reply = out.reply
+        if reply.interim:
+            return  # SADA has one REP per REQ
+        channel = self._channels.get(out.client.address)
+        if channel is None:  # pragma: no cover - requests come from configured channels only
+            self.counters["deliver_unknown"] += 1
+            return
+        try:
+            rep = Rep(
+                proto=channel.proto,
+                request_id=out.request.origin.decode("utf-8"),
+                status=client_status(reply.status, out.reason),
+                payload=join_body(reply.body),
+            )
+        except (ValueError, EncodeError) as exc:
+            self.counters["unencodable"] += 1
+            log.debug("%s: cannot deliver reply %d: %s", self.name, reply.id, exc)
+            return
+        self._send_message(channel, rep)
+
+    # ------------------------------------------------------------------ timers
+
+    def tick(self, now_ms: int) -> list[Command]:
+        """Introduce the gateway to every channel not introduced to yet, and again to all
+        when the set of services changed (INTR Command: "after any change")."""
+        self._next_refresh = now_ms + self._refresh
+        services = self._offered()
+        changed = services != self._services
+        self._services = services
+        for channel in self._channels.values():
+            # A NEW channel is introduced when its connection comes up (the monitor).
+            if changed or (channel.state is ServerState.NEW and self._monitor is None):
+                self._intr(channel)
+        return []
+
+    def next_deadline(self) -> int | None:
+        return self._next_refresh if self._channels else None  # no channels: nothing to do
+
+    def stats(self) -> dict[str, int]:
+        stats = dict(self.counters)
+        stats["channels"] = len(self._channels)
+        stats["too_many_frames"] = self.transport.oversized
+        return stats
+
+
+def make(settings: EdgeSettings, *, store: JobStore) -> SadaServerEdge:
+    """The ``sada-server`` edge kind's factory (:mod:`nfgate.edges.kinds`). Raises
+    :class:`ConfigError` or :class:`nfgate.errors.TransportError`."""
+    return SadaServerEdge(settings)
