@@ -187,8 +187,11 @@ def serve(
 
 
 from nfgate.bench.cli import bench  # noqa: E402  (subcommands register after the group exists)
+from nfgate.discover import discover  # noqa: E402
 
 main.add_command(bench)
+main.add_command(discover)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

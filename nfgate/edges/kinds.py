@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, address_option, interval_option
 from nfgate.edges.sada_options import DIALECT_CHOICES, IDENTITY_FORMS, choice_option, int_option, text_option
 from nfgate.errors import ConfigError
 
@@ -99,6 +100,20 @@ KINDS: dict[str, EdgeKind] = {
             factory="nfgate.edges.dcp:make",
             options=CURVE_OPTIONS,
             summary="DCP broker (spec and DagBox dialects)",
+        ),
+        EdgeKind(
+            kind="dbp",
+            binds=("tcp://127.0.0.1:5246",),
+            # The core's watchdog is off: the edge times each service at the interval it
+            # registered, times ``liveness`` (docs/protocols/dbp.md, Heartbeats).
+            heartbeat=(0, 3),
+            factory="nfgate.edges.dbp:make",
+            options={
+                "udp": (address_option, UDP_DEFAULT),  # heartbeat datagrams; default: the ROUTER's host:port
+                "beacon": (address_option, BEACON_DEFAULT),  # where SHALOM <port> goes; "" = off
+                "beacon_interval_ms": (interval_option, 1000),
+            },
+            summary="DBP catalog (spec and Hermes dialects): info, registration, UDP heartbeats, beacon",
         ),
         EdgeKind(
             kind="sada",

@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import zmq
 
-from nfgate.codecs import dcp, nfp, sada
+from nfgate.codecs import dbp, dcp, nfp, sada
 from nfgate.codecs.dcp.messages import Ping, Registration
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
@@ -139,6 +139,37 @@ class DcpWorker(ZmqEchoWorker):
         if not isinstance(message, DcpRequest):
             return None
         return dcp.encode(DcpReply(client=message.client, metadata=message.metadata, data=message.data))
+
+
+class DbpWorker(ZmqEchoWorker):
+    """A DBP service whose ``function`` names the service: requests come as DBP REQUEST
+    with nfgate's JSON envelope (docs/translation.md), answered with an envelope."""
+
+    edge = "dbp"
+
+    def register(self, sock: zmq.Socket[bytes]) -> None:
+        name = f"{self.service}-{uuidlib.uuid4().hex[:6]}"
+        self.name = name
+        info = dbp.make_info(
+            name=name, ip="127.0.0.1", port=9, function=self.service, heartbeat=HEARTBEAT_S * 2
+        )
+        sock.send_multipart(dbp.encode(dbp.Registration(time=time.time(), info=(info,)), "spec"))
+
+    def beat(self) -> list[bytes]:
+        return dbp.encode(dbp.Heartbeat(time=time.time(), service=self.name), "spec")
+
+    def on_message(self, frames: list[bytes]) -> list[bytes] | None:
+        message = dbp.decode(frames, "spec")
+        if not isinstance(message, dbp.Request):
+            return None
+        envelope = json.loads(message.query)
+        answer = {
+            "id": envelope["id"],
+            "status": 200,
+            "body": envelope["body"],
+            "encoding": envelope["encoding"],
+        }
+        return dbp.encode(dbp.Reply(time=time.time(), info=json.dumps(answer).encode()), "spec")
 
 
 class SadaWorker(ZmqEchoWorker):
@@ -262,7 +293,12 @@ class SadaClient(Client):
             sock.close(0)
 
 
-WORKERS: dict[str, type[EchoWorker]] = {"nfp": NfpWorker, "dcp": DcpWorker, "sada": SadaWorker}
+WORKERS: dict[str, type[EchoWorker]] = {
+    "nfp": NfpWorker,
+    "dcp": DcpWorker,
+    "dbp": DbpWorker,
+    "sada": SadaWorker,
+}
 CLIENTS: dict[str, type[Client]] = {
     "nfp": NfpClient,
     "nfp-norfab": NorfabClient,

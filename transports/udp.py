@@ -1,0 +1,89 @@
+"""UDP transport: one bound, non-blocking IPv4 datagram socket.
+
+It owns the socket and nothing else: which bytes a datagram carries (DBP heartbeats,
+the catalog beacon) is the codec's business. The gateway polls :meth:`UdpEndpoint.fileno`
+with the ZeroMQ sockets.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+from nfgate.errors import TransportError
+
+__all__ = ["MAX_DATAGRAM", "Address", "UdpEndpoint", "parse_address"]
+
+Address = tuple[str, int]
+MAX_DATAGRAM = 65_535  # the largest UDP payload: a read never truncates a datagram
+
+
+def parse_address(text: str) -> Address:
+    """``"host:port"`` as ``(host, port)``; raises :class:`ValueError` for anything else
+    (no port, a port that is not 0..65535)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isascii() or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{text!r} is not host:port with a port 0..65535")
+    return host.strip("[]"), int(port)
+
+
+class UdpEndpoint:
+    """A UDP socket bound to ``(host, port)`` (port 0: the system picks one).
+
+    Raises :class:`TransportError` with a one-line reason when the address cannot be
+    bound (e.g. the port is in use, or the host is not an IPv4 address of this machine).
+    """
+
+    def __init__(self, host: str, port: int, *, broadcast: bool = False) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            if broadcast:  # the beacon may be sent to a broadcast address when the user asks
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            sock.bind((host, port))
+        except (OSError, OverflowError) as exc:
+            sock.close()
+            reason = "address already in use" if getattr(exc, "errno", None) == errno.EADDRINUSE else exc
+            raise TransportError(f"cannot bind udp://{host}:{port}: {reason}") from None
+        self.socket = sock
+        bound_host, bound_port = sock.getsockname()[:2]
+        self.address: Address = (str(bound_host), int(bound_port))
+        self.sent = 0
+        self.send_errors = 0  # datagrams the system refused (unreachable, buffer full)
+
+    @property
+    def endpoint(self) -> str:
+        return f"udp://{self.address[0]}:{self.address[1]}"
+
+    def fileno(self) -> int:
+        return self.socket.fileno()
+
+    def recv_batch(self, limit: int) -> list[tuple[bytes, Address]]:
+        """Up to ``limit`` waiting datagrams with their senders; never blocks."""
+        out: list[tuple[bytes, Address]] = []
+        recvfrom = self.socket.recvfrom
+        for _ in range(limit):
+            try:
+                data, sender = recvfrom(MAX_DATAGRAM)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                # A previous sendto's ICMP "port unreachable" surfaces here on some
+                # systems; it says nothing about the datagrams still waiting.
+                continue
+            out.append((data, (str(sender[0]), int(sender[1]))))
+        return out
+
+    def sendto(self, data: bytes, address: Address) -> bool:
+        """Send one datagram; False (and counted) when the system refuses it. UDP gives
+        no delivery guarantee either way."""
+        try:
+            self.socket.sendto(data, address)
+        except (OSError, OverflowError):
+            self.send_errors += 1
+            return False
+        self.sent += 1
+        return True
+
+    def close(self) -> None:
+        self.socket.close()
