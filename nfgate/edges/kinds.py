@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, address_option, interval_option
+from nfgate.edges.memodb_options import MEMODB_OPTIONS
 from nfgate.edges.sada_options import DIALECT_CHOICES, IDENTITY_FORMS, choice_option, int_option, text_option
 from nfgate.errors import ConfigError
 
@@ -100,6 +101,14 @@ KINDS: dict[str, EdgeKind] = {
             factory="nfgate.edges.dcp:make",
             options=CURVE_OPTIONS,
             summary="DCP broker (spec and DagBox dialects)",
+        ),
+        EdgeKind(
+            kind="memodb",
+            binds=("tcp://127.0.0.1:12703",),
+            heartbeat=(10_000, 3),  # bcdb memodb-broker: an idle worker gets HEARTBEAT after 10 s
+            factory="nfgate.edges.memodb:make",
+            options=MEMODB_OPTIONS,
+            summary="MemoDB broker over NNG (spec and bcdb dialects)",
         ),
         EdgeKind(
             kind="dbp",

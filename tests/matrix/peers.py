@@ -19,12 +19,17 @@ import time
 import uuid as uuidlib
 from typing import ClassVar
 
+import pynng
 import zmq
 
-from nfgate.codecs import dbp, dcp, nfp, sada
+from nfgate.codecs import dbp, dcp, memodb, nfp, sada
 from nfgate.codecs.dcp.messages import Ping, Registration
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
+from nfgate.codecs.memodb.messages import Heartbeat as MemoHeartbeat
+from nfgate.codecs.memodb.messages import Job as MemoJob
+from nfgate.codecs.memodb.messages import Ready as MemoReady
+from nfgate.codecs.memodb.messages import Result as MemoResult
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Keepalive, Open, Post, Ready, Response
 from nfgate.codecs.sada.messages import Intr, Pong, Rep, Req
 from nfgate.transports.zmq import connect_dealer
@@ -191,6 +196,38 @@ class SadaWorker(ZmqEchoWorker):
         return sada.encode(Rep(request_id=message.request_id, status=200, payload=message.payload))
 
 
+class MemodbWorker(EchoWorker):
+    """A MemoDB worker on an NNG req0 socket: READY, then each answer is the next request
+    (the broker holds it until a JOB, or HEARTBEAT after its interval)."""
+
+    edge = "memodb"
+
+    def serve(self, stop: threading.Event) -> None:
+        with pynng.Req0(recv_timeout=5000, send_timeout=1000) as sock:
+            sock.dial(self.endpoint, block=True)
+            sock.send(memodb.encode(MemoReady(services=(self.service,)))[0])
+            for _ in range(1_000_000):
+                if stop.is_set():
+                    return
+                try:
+                    message = memodb.decode([sock.recv()])
+                except pynng.Timeout:
+                    # The broker answers within its heartbeat interval; a req0 that gives
+                    # up on a reply abandons its request, so start again.
+                    sock.send(memodb.encode(MemoReady(services=(self.service,)))[0])
+                    continue
+                if isinstance(message, MemoJob):
+                    self.received += 1
+                    if self.hang:  # a req0 waiting for a reply it never sends: nothing more
+                        stop.wait()
+                        return
+                    sock.send(memodb.encode(MemoResult(id=message.id, payload=message.payload))[0])
+                elif isinstance(message, MemoHeartbeat):
+                    sock.send(memodb.encode(MemoHeartbeat(id=message.id))[0])
+                else:  # DISCONNECT: start again
+                    sock.send(memodb.encode(MemoReady(services=(self.service,)))[0])
+
+
 class Client(abc.ABC):
     edge: ClassVar[str]
     exact: ClassVar[bool] = True  # False: the reply is wrapped (NorFab), compare the value
@@ -272,6 +309,24 @@ class DcpClient(Client):
             sock.close(0)
 
 
+class MemodbClient(Client):
+    """A simple MemoDB client: one JOB on a req0 socket; a failure is no reply at all."""
+
+    edge = "memodb"
+
+    def call(self, service: str, body: bytes, timeout: float) -> bytes:
+        ms = max(1, int(timeout * 1000))
+        with pynng.Req0(recv_timeout=ms, send_timeout=ms) as sock:
+            sock.dial(self.endpoint, block=True)
+            sock.send(memodb.encode(MemoJob(service=service, timeout_ms=ms, payload=body))[0])
+            try:
+                reply = memodb.decode([sock.recv()])
+            except pynng.Timeout:
+                raise Unanswered("no reply in time") from None
+            assert isinstance(reply, MemoResult), reply
+            return reply.payload
+
+
 class SadaClient(Client):
     """A peer sending REQ to the gateway's SADA channel."""
 
@@ -298,10 +353,12 @@ WORKERS: dict[str, type[EchoWorker]] = {
     "dcp": DcpWorker,
     "dbp": DbpWorker,
     "sada": SadaWorker,
+    "memodb": MemodbWorker,
 }
 CLIENTS: dict[str, type[Client]] = {
     "nfp": NfpClient,
     "nfp-norfab": NorfabClient,
     "dcp": DcpClient,
     "sada": SadaClient,
+    "memodb": MemodbClient,
 }

@@ -1,0 +1,491 @@
+"""The MemoDB broker edge (specs/memodb.md), spec and bcdb dialects per peer.
+
+Wiring only: NNG rep0 transport (:mod:`nfgate.transports.nng`, one context per held
+request) + ``nfgate.codecs.memodb`` + the worker table in
+``nfgate.codecs.memodb.session``. Decisions (docs/protocols/memodb.md, "The broker
+edge"):
+
+- A READY gets a new 4-byte worker ID (bcdb's form, valid in the spec too) and its
+  request is *held*: answered with a JOB when the core gives the worker one, or with
+  HEARTBEAT after the heartbeat interval (10 s by default, bcdb's). The worker answers
+  HEARTBEAT with HEARTBEAT, which the core counts as liveness; a worker silent for
+  ``interval * liveness`` is dropped by the core.
+- A JOB carries its timeout to the core (``Request.timeout_ms``; 0 means none). A JOB
+  sent to a MemoDB worker carries the request's timeout, or ``job_timeout_ms`` when the
+  client's protocol has none. A worker still without RESULT at that deadline "has
+  disconnected": the edge unregisters it and the core re-dispatches the job to another
+  worker; the worker's later messages get DISCONNECT. While it works, the edge keeps it
+  alive in the core (one ``Heartbeat`` per interval), since a job may last minutes.
+- RESULT with the disconnecting flag: the result is relayed, the worker unregistered
+  and answered DISCONNECT. RESULT or HEARTBEAT with an unknown ID: DISCONNECT.
+- Simple clients: the RESULT goes back on the context that asked. A request the core
+  fails gets **no reply** (the spec: the client times out and retries): the context is
+  dropped and counted (``client_errors_unsent``).
+- Undecodable input is counted (``undecodable``), logged at DEBUG and left unanswered.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+from collections import OrderedDict
+from typing import cast
+
+from nfgate.codecs._base import Message
+from nfgate.codecs.memodb import codec as wire
+from nfgate.codecs.memodb.messages import Disconnect, Job, Ready, Result
+from nfgate.codecs.memodb.messages import Heartbeat as MemoHeartbeat
+from nfgate.codecs.memodb.session import Action, WorkerState, dialect_of, input_of, step
+from nfgate.edges import Edge, EdgeSettings
+from nfgate.errors import DecodeError, EncodeError
+from nfgate.model import Cancel, Command, Heartbeat, Peer, Register, Reply, Request, Status, Unregister
+from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
+from nfgate.store import JobStore
+from nfgate.transports.nng import RepEndpoint, server_tls
+
+__all__ = ["MemodbEdge", "make"]
+
+log = logging.getLogger("nfgate.edge.memodb")
+
+_ID_SPACE = 2**32  # bcdb: "typedef uint32_t WorkerID", sent as 4 raw bytes
+
+
+class _Client:
+    __slots__ = ("core_id", "dialect", "echo", "pipe")
+
+    def __init__(self, echo: bytes, dialect: str, pipe: int) -> None:
+        self.echo = echo  # the ID its JOB carried (empty from a spec client), sent back
+        self.dialect = dialect
+        self.pipe = pipe
+        self.core_id = 0  # known once the core accepted the request
+
+
+class _Worker:
+    __slots__ = ("aborted", "ctx", "dialect", "id", "job", "name", "peer", "pending", "pipe", "state")
+
+    def __init__(self, wid: bytes, peer: Peer, name: str, dialect: str, pipe: int) -> None:
+        self.id = wid
+        self.peer = peer
+        self.name = name
+        self.dialect = dialect
+        self.pipe = pipe  # the connection its last message came on
+        self.state = WorkerState.NONE
+        self.ctx: int | None = None  # transport key of the held request
+        self.job: int | None = None  # core id of the JOB it works on
+        self.aborted = False  # that job was cancelled by its client (NFP DELETE)
+        self.pending: Request | None = None  # a job waiting for the worker's next request
+
+
+class MemodbEdge(Edge):
+    """Raises :class:`nfgate.errors.TransportError` when it cannot bind."""
+
+    protocol = "memodb"
+
+    def __init__(self, settings: EdgeSettings) -> None:
+        super().__init__(settings)
+        opts = settings.options
+        heartbeat = cast(tuple[int, int], opts.get("heartbeat", (10_000, 3)))
+        self.interval = heartbeat[0]  # 0: idle workers are never sent HEARTBEAT
+        self.job_timeout_ms = int(opts.get("job_timeout_ms", 300_000))  # type: ignore[call-overload]
+        cert = opts.get("tls_cert_key_file")
+        tls = None
+        if cert is not None:
+            tls = server_tls(cert, opts.get("tls_ca_file"))  # type: ignore[arg-type]
+        self.transport = RepEndpoint(
+            settings.url,
+            max_contexts=int(opts.get("max_contexts", 4096)),  # type: ignore[call-overload]
+            max_message_bytes=settings.limits.max_message_bytes,
+            send_timeout_ms=int(opts.get("send_timeout_ms", 30_000)),  # type: ignore[call-overload]
+            tls=tls,
+        )
+        self._workers: dict[bytes, _Worker] = {}
+        self._idle: OrderedDict[bytes, int] = OrderedDict()  # held long-polls: id -> since
+        self._busy: OrderedDict[bytes, int] = OrderedDict()  # working: id -> last keep-alive
+        self._deadlines: list[tuple[int, int, bytes, int]] = []  # (due, seq, worker id, core id)
+        self._seq = 0
+        self._clients: dict[int, _Client] = {}  # transport key of a client's JOB -> its record
+        self._client_pipes: dict[int, set[int]] = {}  # connection -> keys of its clients' JOBs
+        self._worker_pipes: dict[int, set[bytes]] = {}  # connection -> IDs of its workers
+        self._next_id = int.from_bytes(os.urandom(4), "big")  # a restarted broker knows no old ID
+        self._reap_at: int | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return self.transport.endpoint
+
+    def sockets(self) -> tuple[int, int]:
+        return (self.transport.fd, self.transport.event_fd)
+
+    # ------------------------------------------------------------------ input
+
+    def receive(self, now_ms: int, budget: int) -> list[Command]:
+        out: list[Command] = []
+        recv = self.transport.recv
+        for _ in range(budget):
+            got = recv()
+            if got is None:
+                break
+            key, pipe, data = got
+            try:
+                message = wire.decode([data], "spec")
+            except DecodeError as exc:
+                self.bad_input(self._client(pipe, key), "undecodable", exc.reason)
+                self.transport.drop(key)
+                continue
+            self._on_message(key, pipe, message, now_ms, out)
+        for pipe in self.transport.closed_pipes():
+            self._pipe_gone(pipe, out)
+        return out
+
+    def _pipe_gone(self, pipe: int, out: list[Command]) -> None:
+        """A connection closed: its workers are gone (their jobs go elsewhere) and its
+        clients' jobs are cancelled (a req0 that reconnects sends its request again)."""
+        for wid in self._worker_pipes.pop(pipe, ()):
+            worker = self._workers.get(wid)
+            if worker is not None:
+                self.counters["workers_gone"] += 1
+                self._forget(worker)
+                out.append(Unregister(peer=worker.peer, reason="connection closed"))
+        for key in self._client_pipes.pop(pipe, ()):
+            client = self._clients.pop(key, None)
+            if client is not None:
+                self.counters["clients_gone"] += 1
+                self.transport.drop(key)
+                if client.core_id:
+                    out.append(Cancel(peer=self._client(pipe, key), job_id=str(client.core_id)))
+
+    def _client(self, pipe: int, key: int) -> Peer:
+        return Peer(
+            edge=self.name,
+            protocol=self.protocol,
+            address=pipe.to_bytes(4, "big"),
+            sub=key.to_bytes(8, "big"),
+        )
+
+    def _on_message(self, key: int, pipe: int, message: Message, now: int, out: list[Command]) -> None:
+        worker = None
+        if not isinstance(message, Ready | Job):
+            worker = self._workers.get(message.id)  # type: ignore[attr-defined]
+        state = worker.state if worker is not None else WorkerState.NONE
+        if worker is not None and worker.pipe != pipe:  # its req0 reconnected
+            self._move(worker, pipe)
+        _, action = step(state, input_of(message))
+        match action, message:
+            case Action.SUBMIT, Job():
+                self._submit(key, pipe, message, out)
+            case Action.REGISTER, Ready():
+                self._register(key, pipe, message, now, out)
+            case Action.DISCONNECT, _:
+                self.counters["unknown_workers"] += 1
+                self._answer(key, Disconnect(id=message.id), "spec")  # type: ignore[attr-defined]
+            case Action.HOLD, _ if worker is not None:
+                if worker.ctx is not None:  # the worker's req0 resent: the new request replaces it
+                    self.counters["superseded"] += 1
+                    self.transport.drop(worker.ctx)
+                    worker.ctx = None
+                out.append(Heartbeat(peer=worker.peer))
+                self._hold(worker, key, now, out)
+            case Action.RESULT | Action.RESULT_LEAVE, Result() if worker is not None:
+                job, worker.job = worker.job, None
+                self._busy.pop(worker.id, None)
+                if job is not None:
+                    out.append(
+                        Reply(
+                            id=job,
+                            status=Status.OK,
+                            body=(message.payload,),
+                            worker=worker.peer,
+                            worker_name=worker.name,
+                        )
+                    )
+                if action is Action.RESULT:
+                    self._hold(worker, key, now, out)
+                else:
+                    self._leave(worker, key, "RESULT with the disconnecting flag", out)
+            case Action.STALE_RESULT, _ if worker is not None:
+                self.counters["stale_results"] += 1
+                out.append(Heartbeat(peer=worker.peer))
+                self._hold(worker, key, now, out)
+            case Action.LEAVE, _ if worker is not None:
+                self._leave(worker, key, f"{message.TYPE} while {worker.state.value}", out)
+            case _:  # pragma: no cover - every (state, input) of a decoded message is in the table
+                self.bad_input(self._client(pipe, key), "unexpected", message.TYPE)
+                self.transport.drop(key)
+
+    def _submit(self, key: int, pipe: int, job: Job, out: list[Command]) -> None:
+        if not job.service:
+            self.bad_input(self._client(pipe, key), "bad_job", "empty service name")
+            self.transport.drop(key)
+            return
+        client = self._client(pipe, key)
+        self._clients[key] = _Client(job.id, dialect_of(job), pipe)
+        self._client_pipes.setdefault(pipe, set()).add(key)
+        out.append(
+            Request(
+                service=self.service(job.service),
+                body=(job.payload,),
+                timeout_ms=job.timeout_ms or None,  # 0: no timeout
+                reply_to=client,
+                origin=client.sub,
+            )
+        )
+
+    def _register(self, key: int, pipe: int, ready: Ready, now: int, out: list[Command]) -> None:
+        wid = self._new_id()
+        worker = _Worker(wid, self.peer(wid), f"{self.name}-{wid.hex()}", dialect_of(ready), pipe)
+        self._workers[wid] = worker
+        self._worker_pipes.setdefault(pipe, set()).add(wid)
+        # ServiceRef needs a name: empty names (the spec dialect lets them through) and
+        # repeats are left out rather than refusing the worker.
+        names = [name for name in dict.fromkeys(ready.services) if name]
+        if len(names) != len(ready.services):
+            self.counters["services_ignored"] += len(ready.services) - len(names)
+        services = tuple(self.service(name) for name in names)
+        out.append(Register(peer=worker.peer, services=services, capacity=1, name=worker.name))
+        self._hold(worker, key, now, out)
+
+    def _new_id(self) -> bytes:
+        for _ in range(len(self._workers) + 1):
+            wid = self._next_id.to_bytes(4, "big")
+            self._next_id = (self._next_id + 1) % _ID_SPACE
+            if wid not in self._workers:
+                return wid
+        raise RuntimeError("no free worker ID")  # pragma: no cover - 2**32 workers
+
+    def _hold(self, worker: _Worker, key: int, now: int, out: list[Command]) -> None:
+        """Keep the worker's request until a job comes or the interval passes."""
+        worker.ctx = key
+        worker.state = WorkerState.IDLE
+        pending, worker.pending = worker.pending, None
+        if pending is not None:
+            out.extend(self._send_job(worker, pending, now))
+            return
+        self._idle[worker.id] = now
+        self._idle.move_to_end(worker.id)
+
+    def _leave(self, worker: _Worker, key: int, reason: str, out: list[Command]) -> None:
+        self.counters["workers_left"] += 1
+        self._forget(worker)
+        out.append(Unregister(peer=worker.peer, reason=reason))
+        self._answer(key, Disconnect(id=worker.id), worker.dialect)
+
+    def _move(self, worker: _Worker, pipe: int) -> None:
+        self._unindex(worker)
+        worker.pipe = pipe
+        self._worker_pipes.setdefault(pipe, set()).add(worker.id)
+
+    def _unindex(self, worker: _Worker) -> None:
+        ids = self._worker_pipes.get(worker.pipe)
+        if ids is not None:
+            ids.discard(worker.id)
+            if not ids:
+                del self._worker_pipes[worker.pipe]
+
+    def _forget(self, worker: _Worker) -> None:
+        self._workers.pop(worker.id, None)
+        self._unindex(worker)
+        self._idle.pop(worker.id, None)
+        self._busy.pop(worker.id, None)
+        if worker.ctx is not None:
+            self.transport.drop(worker.ctx)
+            worker.ctx = None
+        worker.state = WorkerState.NONE
+
+    def _answer(self, key: int, message: Message, dialect: str) -> bool:
+        try:
+            [data] = wire.encode(message, dialect)
+        except EncodeError:
+            [data] = wire.encode(message, "spec")  # e.g. DISCONNECT echoing a 3-byte ID
+        return self.transport.send(key, data)
+
+    # ----------------------------------------------------------------- output
+
+    def emit(self, output: Output, now_ms: int) -> list[Command]:
+        if isinstance(output, Dispatch):
+            return self._dispatch(output, now_ms)
+        if isinstance(output, Deliver):
+            self._deliver(output)
+        elif isinstance(output, Evict):
+            worker = self._workers.get(output.worker.address)
+            if worker is not None:
+                if worker.ctx is not None:  # still polling: tell it to start again
+                    self._answer(worker.ctx, Disconnect(id=worker.id), worker.dialect)
+                    worker.ctx = None
+                self._forget(worker)
+        elif isinstance(output, Abort):
+            # MemoDB cannot cancel a JOB: the worker finishes it and its RESULT is dropped.
+            worker = self._workers.get(output.worker.address)
+            if worker is not None:
+                if worker.job == output.request.id:
+                    worker.aborted = True
+                if worker.pending is not None and worker.pending.id == output.request.id:
+                    worker.pending = None
+        elif isinstance(output, Accepted):
+            client = self._clients.get(int.from_bytes(output.request.origin, "big"))
+            if client is not None:
+                client.core_id = output.request.id
+        else:
+            self.counters["unexpected_output"] += 1
+        return []
+
+    def _dispatch(self, out: Dispatch, now: int) -> list[Command]:
+        worker = self._workers.get(out.worker.address)
+        if worker is None:  # the core has a worker this edge forgot: reconcile
+            return [Unregister(peer=out.worker, reason="unknown to the MemoDB edge")]
+        _, action = step(worker.state, "job")
+        if action is Action.SEND_JOB:
+            return self._send_job(worker, out.request, now)
+        if worker.pending is None and (
+            action is Action.QUEUE_JOB or (action is Action.CONFLICT and worker.aborted)
+        ):
+            worker.pending = out.request
+            return []
+        # A job for a worker still holding one whose client did not cancel it: the core
+        # timed that job out; the worker "has disconnected" and the job goes elsewhere.
+        self.counters["job_timeouts"] += 1
+        self._forget(worker)
+        return [Unregister(peer=worker.peer, reason="job timed out")]
+
+    def _send_job(self, worker: _Worker, request: Request, now: int) -> list[Command]:
+        timeout = request.timeout_ms or self.job_timeout_ms
+        key = worker.ctx
+        try:
+            job = Job(
+                id=worker.id, service=request.service.name, timeout_ms=timeout, payload=b"".join(request.body)
+            )
+            [data] = wire.encode(job, worker.dialect)
+        except (EncodeError, ValueError) as exc:
+            # e.g. a service name with lone surrogates (a DCP name that is not UTF-8).
+            self.counters["unencodable"] += 1
+            log.debug("%s: cannot send request %d: %s", self.name, request.id, exc)
+            return [Reply(id=request.id, status=Status.ERROR, worker=worker.peer)]
+        if key is None:  # pragma: no cover - SEND_JOB only for a held request
+            worker.pending = request
+            return []
+        self.transport.send(key, data)
+        self._idle.pop(worker.id, None)
+        worker.ctx = None
+        worker.state, _ = step(worker.state, "job")
+        worker.job = request.id
+        worker.aborted = False
+        self._busy[worker.id] = now
+        self._busy.move_to_end(worker.id)
+        self._seq += 1
+        heapq.heappush(self._deadlines, (now + timeout, self._seq, worker.id, request.id))
+        return []
+
+    def _deliver(self, out: Deliver) -> None:
+        reply = out.reply
+        if reply.interim:
+            return  # one RESULT per JOB: NorFab's 201/EVENT are not for MemoDB clients
+        key = int.from_bytes(out.request.origin, "big")
+        client = self._clients.pop(key, None)
+        if client is None:  # its connection closed meanwhile
+            self.counters["late_replies"] += 1
+            return
+        keys = self._client_pipes.get(client.pipe)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._client_pipes[client.pipe]
+        if out.reason or reply.status >= 300:
+            # The spec's simple client gets no error: "it will drop the connection; the
+            # client should eventually time out and retry the request".
+            self.counters["client_errors_unsent"] += 1
+            log.debug(
+                "%s: request %d failed (%d %s); no reply", self.name, reply.id, reply.status, out.reason
+            )
+            self.transport.drop(key)
+            return
+        if not self._answer(key, Result(id=client.echo, payload=b"".join(reply.body)), client.dialect):
+            self.counters["unroutable"] += 1
+
+    # ----------------------------------------------------------------- timers
+
+    def tick(self, now_ms: int) -> list[Command]:
+        out: list[Command] = []
+        interval = self.interval
+        if interval:
+            idle = self._idle
+            while idle:
+                wid, since = next(iter(idle.items()))
+                if since + interval > now_ms:
+                    break
+                del idle[wid]
+                idler = self._workers[wid]
+                if idler.ctx is not None:
+                    # No job within the interval: "a HEARTBEAT if no jobs are found".
+                    self._answer(idler.ctx, MemoHeartbeat(id=wid), idler.dialect)
+                    idler.ctx = None
+                idler.state, _ = step(idler.state, "idle")
+            busy = self._busy
+            while busy:
+                wid, seen = next(iter(busy.items()))
+                if seen + interval > now_ms:
+                    break
+                busy[wid] = now_ms
+                busy.move_to_end(wid)
+                # A job may take minutes: the worker is alive until its timeout says otherwise.
+                out.append(Heartbeat(peer=self._workers[wid].peer))
+        heap = self._deadlines
+        while heap and heap[0][0] <= now_ms:
+            _, _, wid, job = heapq.heappop(heap)
+            worker = self._workers.get(wid)
+            if worker is None or worker.job != job or worker.state is not WorkerState.BUSY:
+                continue  # answered since, or the worker is gone
+            step(worker.state, "timeout")  # BUSY -> NONE, Action.EXPIRE
+            self.counters["job_timeouts"] += 1
+            self._forget(worker)
+            out.append(Unregister(peer=worker.peer, reason="job timed out"))
+        return out
+
+    def next_deadline(self) -> int | None:
+        dues: list[int] = []
+        if self.interval:
+            if self._idle:
+                dues.append(next(iter(self._idle.values())) + self.interval)
+            if self._busy:
+                dues.append(next(iter(self._busy.values())) + self.interval)
+        heap = self._deadlines
+        while heap:
+            due, _, wid, job = heap[0]
+            worker = self._workers.get(wid)
+            if worker is not None and worker.job == job:
+                dues.append(due)
+                break
+            heapq.heappop(heap)  # stale: drop it so it does not wake the loop
+        if self._reap_at is not None:
+            dues.append(self._reap_at)
+        return min(dues) if dues else None
+
+    def flush(self, now_ms: int) -> None:
+        if self.transport.reap():
+            wait = self.transport.retry_after_ms()
+            self._reap_at = now_ms + (wait or 1)
+        else:
+            self._reap_at = None
+
+    def drain(self, now_ms: int) -> None:
+        for worker in list(self._workers.values()):
+            if worker.ctx is not None:  # workers start again with READY at the next broker
+                self._answer(worker.ctx, Disconnect(id=worker.id), worker.dialect)
+                worker.ctx = None
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def stats(self) -> dict[str, int]:
+        stats = dict(self.counters)
+        t = self.transport
+        stats.update(
+            received=t.received, refused=t.refused, dropped=t.dropped, send_failed=t.send_failed, held=t.held
+        )
+        stats["workers"] = len(self._workers)
+        return stats
+
+
+def make(settings: EdgeSettings, *, store: JobStore) -> MemodbEdge:
+    """The ``memodb`` edge kind's factory (:mod:`nfgate.edges.kinds`); MemoDB keeps no job
+    records (the spec: no persistence). Raises :class:`nfgate.errors.TransportError`."""
+    return MemodbEdge(settings)

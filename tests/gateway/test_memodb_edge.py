@@ -1,0 +1,557 @@
+"""The MemoDB edge (specs/memodb.md) against raw pynng req0 peers, and MemoDB requests
+crossing to DCP and NFP peers."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import cbor2
+import pynng
+import pytest
+import zmq
+
+from nfgate.codecs import dcp, memodb, nfp
+from nfgate.codecs.dcp.messages import Registration
+from nfgate.codecs.dcp.messages import Reply as DcpReply
+from nfgate.codecs.dcp.messages import Request as DcpRequest
+from nfgate.codecs.memodb.messages import Disconnect, Heartbeat, Job, Ready, Result
+from nfgate.codecs.nfp.messages import CLIENT, WORKER, Keepalive, Post, Response
+from nfgate.codecs.nfp.messages import Ready as NfpReady
+from nfgate.config import load
+from nfgate.serve import build
+from nfgate.transports.nng import client_tls, connect_req
+from tests.ports import random_binds
+
+from .conftest import Running, finish, recv, start_gateway, until
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = "[edges.memodb]\nheartbeat_ms = 300\n"  # long-poll answered with HEARTBEAT after 0.3 s
+
+
+class Peers:
+    """req0 sockets on the gateway's MemoDB edge, closed at the end of the test."""
+
+    def __init__(self, gw: Running) -> None:
+        self.gw = gw
+        self.url = gw.endpoint("memodb")
+        self.socks: list[pynng.Req0] = []
+
+    def req(self, recv_ms: int = 3000) -> pynng.Req0:
+        sock = connect_req(self.url, recv_timeout_ms=recv_ms)
+        self.socks.append(sock)
+        return sock
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.close()
+
+
+@pytest.fixture
+def fast(tmp_path: Path) -> Iterator[tuple[Running, Peers]]:
+    gw = start_gateway(tmp_path, FAST)
+    peers = Peers(gw)
+    try:
+        yield gw, peers
+    finally:
+        peers.close()
+        finish(gw)
+
+
+def send(sock: pynng.Req0 | pynng.Context, message: object, dialect: str = "spec") -> None:
+    [data] = memodb.encode(message, dialect)  # type: ignore[arg-type]
+    sock.send(data)
+
+
+def get(sock: pynng.Req0 | pynng.Context, dialect: str = "spec") -> object:
+    return memodb.decode([sock.recv()], dialect)
+
+
+def ready(gw: Running, sock: pynng.Req0, *services: str) -> None:
+    """READY, and wait until the core has the worker (the reply is held: a long-poll)."""
+
+    def offering() -> int:
+        return sum(1 for w in gw.gateway.router.workers() if services[0] in {s.name for s in w.services})
+
+    before = offering()
+    send(sock, Ready(services=services))
+    until(lambda: offering() > before)
+
+
+def next_job(sock: pynng.Req0, dialect: str = "spec") -> Job:
+    """The next JOB for a worker, answering the HEARTBEATs that come first."""
+    for _ in range(20):
+        message = get(sock, dialect)
+        if isinstance(message, Job):
+            return message
+        assert isinstance(message, Heartbeat), message
+        send(sock, message, dialect)
+    pytest.fail("no JOB")
+
+
+def edge_stats(gw: Running) -> dict[str, int]:
+    return gw.gateway.edges["memodb"].stats()
+
+
+# ------------------------------------------------------------------ MemoDB <-> MemoDB
+
+
+def test_client_job_served_by_worker_result_on_the_same_context(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    worker, client = peers.req(), peers.req()
+    ready(gw, worker, "echo")
+    send(client, Job(service="echo", timeout_ms=5000, payload=b"hello"))
+    job = next_job(worker)
+    assert len(job.id) == 4  # the broker assigns an opaque ID
+    assert (job.service, job.timeout_ms, job.payload) == ("echo", 5000, b"hello")
+    send(worker, Result(id=job.id, payload=b"HELLO"))
+    assert get(client) == Result(id=b"", payload=b"HELLO")
+    # the worker's RESULT request is held in turn and answered with the next JOB
+    send(client, Job(service="echo", timeout_ms=5000, payload=b"again"))
+    second = next_job(worker)
+    assert second.id == job.id and second.payload == b"again"
+    send(worker, Result(id=job.id, payload=b"AGAIN"))
+    assert get(client) == Result(payload=b"AGAIN")
+
+
+def test_idle_worker_long_poll_answered_with_heartbeat(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    worker, client = peers.req(), peers.req()
+    ready(gw, worker, "echo")
+    started = time.monotonic()
+    beat = get(worker)
+    assert isinstance(beat, Heartbeat) and len(beat.id) == 4
+    assert time.monotonic() - started >= 0.2  # held for the interval, not answered at once
+    for _ in range(4):  # past the core's liveness (3 x 0.3 s): HEARTBEATs keep the worker
+        send(worker, Heartbeat(id=beat.id))
+        assert get(worker) == Heartbeat(id=beat.id)
+    assert len(gw.gateway.router.workers()) == 1
+    send(worker, Heartbeat(id=beat.id))
+    send(client, Job(service="echo", timeout_ms=1000, payload=b"x"))
+    job = next_job(worker)
+    assert job.id == beat.id
+
+
+def test_unknown_worker_id_gets_disconnect(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    stranger = peers.req()
+    for message in (
+        Heartbeat(id=b"\x00\x00\x00\x07"),
+        Result(id=b"\x00\x00\x00\x07", payload=b"late"),
+        Result(id=b"abc", disconnecting=True),
+    ):
+        send(stranger, message)
+        assert get(stranger) == Disconnect(id=message.id)
+    assert edge_stats(gw)["unknown_workers"] == 3
+
+
+def test_worker_exceeding_job_timeout_is_gone_and_job_goes_to_another(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    slow, client = peers.req(), peers.req()
+    ready(gw, slow, "work")
+    send(client, Job(service="work", timeout_ms=400, payload=b"task"))
+    first = next_job(slow)
+    assert first.payload == b"task"
+    other = peers.req()
+    ready(gw, other, "work")
+    second = next_job(other)  # after 400 ms the job is tried on the other worker
+    assert second.payload == b"task" and second.id != first.id
+    send(other, Result(id=second.id, payload=b"done"))
+    assert get(client) == Result(payload=b"done")
+    send(slow, Result(id=first.id, payload=b"too late"))
+    assert get(slow) == Disconnect(id=first.id)  # treated as gone
+    assert edge_stats(gw)["job_timeouts"] >= 1
+    assert [w.name for w in gw.gateway.router.workers()] == [f"memodb-{second.id.hex()}"]
+
+
+def test_result_with_disconnecting_flag(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    worker, client = peers.req(), peers.req()
+    ready(gw, worker, "echo")
+    send(client, Job(service="echo", timeout_ms=5000, payload=b"last"))
+    job = next_job(worker)
+    send(worker, Result(id=job.id, disconnecting=True, payload=b"bye"))
+    assert get(worker) == Disconnect(id=job.id)
+    assert get(client) == Result(payload=b"bye")
+    until(lambda: not gw.gateway.router.workers())
+
+
+def test_worker_sending_disconnect_is_unregistered(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    worker = peers.req()
+    ready(gw, worker, "echo")
+    beat = get(worker)
+    assert isinstance(beat, Heartbeat)
+    send(worker, Disconnect(id=beat.id))
+    assert get(worker) == Disconnect(id=beat.id)
+    until(lambda: not gw.gateway.router.workers())
+
+
+def test_multi_megabyte_bodies_both_ways(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    worker, client = peers.req(), peers.req()
+    ready(gw, worker, "blob")
+    body = bytes(range(256)) * (6 * 4096)  # 6 MiB
+    send(client, Job(service="blob", timeout_ms=10_000, payload=body))
+    job = next_job(worker)
+    assert job.payload == body
+    send(worker, Result(id=job.id, payload=body[::-1]))
+    assert get(client) == Result(payload=body[::-1])
+
+
+def _echo_worker(ctx: pynng.Context, stop: threading.Event, served: list[int]) -> None:
+    """One MemoDB worker on a context of a shared req0 socket (the spec's multiplexing)."""
+    send(ctx, Ready(services=("echo",)))
+    for _ in range(10_000):
+        try:
+            message = get(ctx)
+        except pynng.NNGException:
+            return
+        if stop.is_set() or isinstance(message, Disconnect):
+            return
+        if isinstance(message, Job):
+            served.append(1)
+            send(ctx, Result(id=message.id, payload=message.payload))
+        elif isinstance(message, Heartbeat):
+            send(ctx, Heartbeat(id=message.id))
+
+
+def test_200_concurrent_clients_served_by_workers_sharing_one_socket(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    shared = peers.req()
+    stop = threading.Event()
+    served: list[int] = []
+    contexts = [shared.new_context() for _ in range(4)]
+    threads = [
+        threading.Thread(target=_echo_worker, args=(ctx, stop, served), daemon=True) for ctx in contexts
+    ]
+    for t in threads:
+        t.start()
+    until(lambda: len(gw.gateway.router.workers()) == 4)
+    clients = [peers.req(recv_ms=20_000) for _ in range(200)]
+    for i, sock in enumerate(clients):
+        send(sock, Job(service="echo", timeout_ms=20_000, payload=b"%d" % i))
+    for i, sock in enumerate(clients):
+        assert get(sock) == Result(payload=b"%d" % i)
+    assert len(served) == 200
+    assert edge_stats(gw).get("refused", 0) == 0
+    stop.set()
+    for t in threads:
+        t.join(timeout=5)
+    for ctx in contexts:
+        ctx.close()
+
+
+def test_garbage_is_counted_and_harmless(gw: Running) -> None:
+    peers = Peers(gw)  # default 10 s heartbeat: the worker waits through the junk
+    try:
+        _garbage(gw, peers)
+    finally:
+        peers.close()
+
+
+def _garbage(gw: Running, peers: Peers) -> None:
+    worker, client = peers.req(), peers.req()
+    ready(gw, worker, "echo")
+    junk = [
+        b"",
+        b"\xff",
+        b"not cbor at all",
+        cbor2.dumps(["memo02", 2, b"", "echo", 1]),
+        cbor2.dumps(["memo01", 9, b""]),
+        cbor2.dumps(["memo01", 2, b"", "", 5]),  # a JOB without a service name
+        cbor2.dumps(["memo01", 1, b"", ["echo"]]) + b"payload",
+        b"\x9f" * 1000,
+    ]
+    for data in junk:
+        bad = peers.req(recv_ms=200)
+        bad.send(data)
+        with pytest.raises(pynng.Timeout):  # MemoDB has no error reply: the peer retries
+            bad.recv()
+    send(client, Job(service="echo", timeout_ms=5000, payload=b"still fine"))
+    job = next_job(worker)
+    send(worker, Result(id=job.id, payload=b"ok"))
+    assert get(client) == Result(payload=b"ok")
+    stats = edge_stats(gw)
+    assert stats["undecodable"] == len(junk) - 1 and stats["bad_job"] == 1
+
+
+def test_failed_job_gets_no_reply_and_is_counted(tmp_path: Path) -> None:
+    gw = start_gateway(tmp_path, FAST + "[routing]\nqueue_expiry_ms = 200\n")
+    peers = Peers(gw)
+    try:
+        client = peers.req(recv_ms=800)
+        send(client, Job(service="nobody", timeout_ms=1000, payload=b"x"))
+        with pytest.raises(pynng.Timeout):
+            client.recv()
+        until(lambda: edge_stats(gw).get("client_errors_unsent") == 1)
+        assert edge_stats(gw)["held"] == 0  # the context was given back
+    finally:
+        peers.close()
+        finish(gw)
+
+
+def test_requests_beyond_max_contexts_are_refused_and_counted(tmp_path: Path) -> None:
+    gw = start_gateway(tmp_path, FAST + "max_contexts = 2\n[routing]\nqueue_expiry_ms = 5000\n")
+    peers = Peers(gw)
+    try:
+        first, second, third = peers.req(), peers.req(), peers.req(recv_ms=300)
+        send(first, Job(service="later", timeout_ms=1000, payload=b"1"))
+        send(second, Job(service="later", timeout_ms=1000, payload=b"2"))
+        until(lambda: edge_stats(gw)["held"] == 2)
+        send(third, Job(service="later", timeout_ms=1000, payload=b"3"))
+        with pytest.raises(pynng.Timeout):
+            third.recv()
+        assert edge_stats(gw)["refused"] == 1
+    finally:
+        peers.close()
+        finish(gw)
+
+
+def test_bcdb_style_worker_with_raw_pynng(fast: tuple[Running, Peers]) -> None:
+    """A worker written like bcdb's: hand-made CBOR, services in canonical order, 3-element
+    RESULT; everything it gets must pass the bcdb dialect's rules."""
+    gw, peers = fast
+    with pynng.Req0(recv_timeout=3000, send_timeout=3000) as raw:
+        raw.dial(peers.url, block=True)
+        services = sorted(["b", "ab", "abc"], key=lambda s: (len(s.encode()), s.encode()))
+        raw.send(cbor2.dumps(["memo01", 1, b"", services], canonical=True))
+        until(lambda: gw.gateway.router.workers())
+        beat = memodb.decode([raw.recv()], "bcdb")
+        assert isinstance(beat, Heartbeat) and len(beat.id) == 4
+        raw.send(cbor2.dumps(["memo01", 4, beat.id]))
+        client = peers.req()
+        send(client, Job(service="ab", timeout_ms=5000, payload=b"p"), "bcdb")
+        job = memodb.decode([raw.recv()], "bcdb")
+        assert isinstance(job, Job) and job.id == beat.id and job.service == "ab"
+        raw.send(cbor2.dumps(["memo01", 3, job.id]) + b"result")
+        assert memodb.decode([client.recv()], "bcdb") == Result(payload=b"result")
+        assert isinstance(memodb.decode([raw.recv()], "bcdb"), Heartbeat)
+
+
+# ------------------------------------------------------------------ across protocols
+
+
+def test_memodb_client_served_by_dcp_worker(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    worker = gw.dealer("dcp")
+    worker.send_multipart(dcp.encode(Registration(service=b"convert")))
+    assert dcp.decode(recv(worker)) == Registration(service=b"convert")
+    client = peers.req()
+    send(client, Job(service="convert", timeout_ms=5000, payload=b"\x00raw bytes"))
+    request = dcp.decode(recv(worker))
+    assert isinstance(request, DcpRequest) and request.data == (b"\x00raw bytes",)
+    worker.send_multipart(
+        dcp.encode(DcpReply(client=request.client, metadata=request.metadata, data=(b"converted",)))
+    )
+    assert get(client) == Result(payload=b"converted")
+
+
+def _nfp_get(sock: object) -> object:
+    for _ in range(20):
+        message = nfp.decode(recv(sock))  # type: ignore[arg-type]
+        if not isinstance(message, Keepalive):
+            return message
+    pytest.fail("only keepalives")
+
+
+def test_spec_nfp_client_served_by_memodb_worker(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    worker = peers.req()
+    ready(gw, worker, "upper")
+    client = gw.dealer("nfp", b"nfc")
+    body = b'{"task":"upper","kwargs":{},"args":["abc"]}'
+    client.send_multipart(
+        nfp.encode(Post(header=CLIENT, service="upper", target="any", uuid="j1", body=(body,)))
+    )
+    accepted = _nfp_get(client)
+    assert accepted.status == 202  # type: ignore[attr-defined]
+    job = next_job(worker)
+    assert job.service == "upper" and job.payload == body
+    assert job.timeout_ms == 300_000  # NFP has no per-request timeout: the edge's default
+    send(worker, Result(id=job.id, payload=b'"ABC"'))
+    reply = _nfp_get(client)
+    assert isinstance(reply, Response) and reply.status == 200 and reply.uuid == "j1"
+    assert reply.body == (b'"ABC"',)
+
+
+def test_memodb_worker_serves_nfp_worker_registered_alongside(fast: tuple[Running, Peers]) -> None:
+    """A MemoDB client's job goes to whichever worker of the service is free: here an NFP one."""
+    gw, peers = fast
+    worker = gw.dealer("nfp", b"nw")
+    worker.send_multipart(nfp.encode(NfpReady(service="svc")))
+    until(lambda: gw.gateway.router.workers())
+    client = peers.req()
+    send(client, Job(service="svc", timeout_ms=5000, payload=b"in"))
+    post = _nfp_get(worker)
+    assert isinstance(post, Post) and post.body == (b"in",)
+    worker.send_multipart(
+        nfp.encode(Response(header=WORKER, service="svc", uuid=post.uuid, status=200, body=(b"out",)))
+    )
+    assert get(client) == Result(payload=b"out")
+
+
+def test_closed_connection_unregisters_its_workers(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    gone = connect_req(peers.url)
+    contexts = [gone.new_context(), gone.new_context()]  # two workers on one socket
+    for ctx in contexts:
+        send(ctx, Ready(services=("echo",)))
+    until(lambda: len(gw.gateway.router.workers()) == 2)
+    for ctx in contexts:
+        ctx.close()
+    gone.close()
+    until(lambda: not gw.gateway.router.workers())
+    assert edge_stats(gw)["workers_gone"] == 2
+
+
+def test_client_gone_cancels_its_job_and_the_worker_carries_on(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    worker = peers.req()
+    ready(gw, worker, "slow")
+    client = connect_req(peers.url)
+    send(client, Job(service="slow", timeout_ms=5000, payload=b"abandoned"))
+    job = next_job(worker)
+    client.close()
+    until(lambda: gw.gateway.router.stats()["cancelled"] == 1)
+    send(worker, Result(id=job.id, payload=b"nobody wants this"))
+    other = peers.req()
+    send(other, Job(service="slow", timeout_ms=5000, payload=b"next"))
+    assert next_job(worker).payload == b"next"  # the worker was kept and is free again
+    assert edge_stats(gw)["clients_gone"] == 1
+
+
+def test_job_for_a_worker_between_heartbeats_answers_its_next_heartbeat(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    worker, client = peers.req(), peers.req()
+    ready(gw, worker, "echo")
+    beat = get(worker)  # the broker answered: no request of the worker is held now
+    assert isinstance(beat, Heartbeat)
+    send(client, Job(service="echo", timeout_ms=5000, payload=b"waiting"))
+    until(lambda: gw.gateway.router.stats()["dispatched"] == 1)
+    send(worker, Heartbeat(id=beat.id))
+    job = get(worker)  # at once, not after another interval
+    assert isinstance(job, Job) and job.payload == b"waiting"
+
+
+def test_silent_worker_is_dropped_and_later_told_to_disconnect(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    worker = peers.req()
+    ready(gw, worker, "echo")
+    beat = get(worker)
+    assert isinstance(beat, Heartbeat)
+    until(lambda: not gw.gateway.router.workers())  # 3 x 300 ms without an answer
+    send(worker, Heartbeat(id=beat.id))
+    assert get(worker) == Disconnect(id=beat.id)
+
+
+def test_stopping_gateway_disconnects_polling_workers(tmp_path: Path) -> None:
+    gw = start_gateway(tmp_path)
+    peers = Peers(gw)
+    try:
+        worker = peers.req()
+        ready(gw, worker, "echo")
+        gw.stop()  # drain: the held long-poll is answered DISCONNECT
+        message = get(worker)
+        assert isinstance(message, Disconnect) and len(message.id) == 4
+    finally:
+        peers.close()
+        finish(gw)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
+def test_tls_bind_from_the_config(tmp_path: Path) -> None:
+    key, cert, both = tmp_path / "key.pem", tmp_path / "cert.pem", tmp_path / "both.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=20,
+    )  # fmt: skip
+    both.write_text(cert.read_text() + key.read_text())
+    config = tmp_path / "nfgate.toml"
+    config.write_text('[edges.memodb]\ntls_cert_key_file = "both.pem"\n')
+    binds = [(k, url) for k, url in random_binds() if k != "memodb"] + [("memodb", "tls+tcp://127.0.0.1:*")]
+    cfg = load(config, data_dir=tmp_path / "data", binds=binds)
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    gw = Running(build(cfg, context, wake_fd=reader.fileno()), context, writer)
+    gw._closers = (reader, writer)  # type: ignore[attr-defined]
+    gw.thread.start()
+    socks: list[pynng.Req0] = []
+    try:
+        url = gw.endpoint("memodb")
+        assert url.startswith("tls+tcp://127.0.0.1:")
+        tls = client_tls(cert.read_text())
+        worker, client = (connect_req(url, tls=tls) for _ in range(2))
+        socks += [worker, client]
+        ready(gw, worker, "secure")
+        send(client, Job(service="secure", timeout_ms=5000, payload=b"over tls"))
+        job = next_job(worker)
+        send(worker, Result(id=job.id, payload=job.payload.upper()))
+        assert get(client) == Result(payload=b"OVER TLS")
+    finally:
+        for sock in socks:
+            sock.close()
+        finish(gw)
+
+
+def _random_message(rng: random.Random, ids: list[bytes]) -> bytes:
+    """A valid message in a random state, a mutated one, or plain noise."""
+    kind = rng.randrange(8)
+    if kind == 0:
+        return rng.randbytes(rng.randrange(40))
+    message: object
+    ident = rng.choice(ids)
+    if kind == 1:
+        message = Ready(services=rng.sample(["echo", "x", "", "ab", "b"], rng.randrange(4)))
+    elif kind == 2:
+        message = Job(id=ident, service=rng.choice(["echo", "none", ""]), timeout_ms=rng.randrange(2000))
+    elif kind == 3:
+        message = Result(id=ident, disconnecting=rng.choice([None, False, True]), payload=b"r")
+    elif kind == 4:
+        message = Heartbeat(id=ident)
+    elif kind == 5:
+        message = Disconnect(id=ident)
+    else:
+        data = bytearray(memodb.encode(Job(id=ident, service="echo", timeout_ms=5))[0])
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        return bytes(data)
+    return memodb.encode(message)[0]  # type: ignore[arg-type]
+
+
+def test_random_messages_in_random_states_never_hurt_the_gateway(fast: tuple[Running, Peers]) -> None:
+    gw, peers = fast
+    rng = random.Random(20261123)
+    known = peers.req()
+    ready(gw, known, "echo")
+    beat = get(known)
+    assert isinstance(beat, Heartbeat)
+    ids = [b"", beat.id, b"\x00\x00\x00\x01", b"abc"]
+    sock = peers.req()
+    contexts = []
+    for _ in range(300):
+        ctx = sock.new_context()
+        ctx.send(_random_message(rng, ids))
+        contexts.append(ctx)
+    until(lambda: edge_stats(gw)["received"] >= 301, timeout=10)
+    for ctx in contexts:
+        ctx.close()
+    worker, client = peers.req(), peers.req()  # a fresh pair still works
+    ready(gw, worker, "fresh")
+    send(client, Job(service="fresh", timeout_ms=5000, payload=b"ok?"))
+    job = next_job(worker)
+    send(worker, Result(id=job.id, payload=b"ok"))
+    assert get(client) == Result(payload=b"ok")
+    assert gw.gateway.internal_errors == 0

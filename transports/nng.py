@@ -1,0 +1,378 @@
+"""NNG transport: a rep0 socket served with many contexts at once, plus req0 helpers.
+
+MemoDB (specs/memodb.md, "Base layer") puts every client and worker behind one broker
+rep0 socket, and workers long-poll: the broker holds a worker's request for up to the
+heartbeat interval before it answers. So hundreds of requests are outstanding at once,
+each on its own ``nng_ctx``, and the gateway's one event-loop thread must serve them
+all without blocking.
+
+Design (no helper thread, no per-message thread):
+
+* **Receiving** -- the rep0 socket's ``recv_fd`` (``NNG_OPT_RECVFD``) is handed to the
+  gateway's ``zmq.Poller`` as a plain file descriptor. NNG raises it while a pipe holds a
+  request that no context is receiving. When it is readable, :meth:`RepEndpoint.recv`
+  takes a context (a free one, or a new one) and calls ``nng_ctx_recvmsg`` with
+  ``NNG_FLAG_NONBLOCK``: the waiting request is bound to that context, and the context
+  is *held* until the edge answers or drops it. An empty socket answers ``NNG_EAGAIN``
+  at once, never blocking the loop.
+* **Replying** -- ``nng_ctx_sendmsg`` with ``NNG_FLAG_NONBLOCK`` is unusable: when the
+  pipe is still busy with an earlier reply (several contexts multiplexed on one peer
+  socket, multi-MB bodies) it fails *and* forgets the request (``NNG_ESTATE`` on retry).
+  So a reply goes out through an ``nng_aio`` without a callback (``nng_ctx_send``): on
+  an idle pipe NNG completes it inside the call; otherwise it stays in
+  :attr:`RepEndpoint.sending` and :meth:`RepEndpoint.reap`, called once per loop
+  iteration, collects it when ``nng_aio_busy`` turns false (the edge asks to be woken
+  with a backoff of 1 to 32 ms while any is pending). A send that cannot finish within
+  ``send_timeout_ms`` fails and is counted.
+* **Disconnections** -- NNG reports a closed connection through a pipe callback on one
+  of its threads; the callback appends the pipe id to a bounded deque and writes one
+  byte to an ``os.pipe`` whose read end (:attr:`RepEndpoint.event_fd`) the loop polls
+  too, so the edge learns at once that a worker or client is gone.
+
+Cost: per request one non-blocking receive call, per reply one aio start plus one busy
+check; no thread hand-off and no wake-up byte per message (only per closed
+connection), no GIL traffic from NNG's threads into Python on the message path
+(completion callbacks would need pynng's private aio map). The price is the backoff
+polling while a reply waits on a busy pipe, and the use of pynng's cffi ``lib``/``ffi``
+for the NNG calls its Python classes lack (pynng's own TLSConfig uses them the same
+way). A helper thread running contexts with pynng's blocking or asyncio API was the
+alternative: it costs two thread hand-offs (and GIL contention) per request, which this
+design avoids.
+
+Limits: at most ``max_contexts`` requests are held; a request arriving beyond that is
+received and dropped at once (the context is recycled without an answer, counted in
+:attr:`RepEndpoint.refused`): req0 peers resend after their resend time, MemoDB clients
+retry (specs/memodb.md, "Simple client"). Nothing is queued in Python without a bound:
+held contexts, in-flight sends and free lists are all bounded by ``max_contexts``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import time
+from collections import deque
+from pathlib import Path
+
+import pynng
+from pynng import ffi, lib
+
+from nfgate.errors import TransportError
+
+__all__ = [
+    "RepEndpoint",
+    "client_tls",
+    "connect_req",
+    "nng_url",
+    "server_tls",
+]
+
+_NONBLOCK = int(lib.NNG_FLAG_NONBLOCK)
+_EAGAIN = int(lib.NNG_EAGAIN)
+_ECLOSED = int(lib.NNG_ECLOSED)
+_RETRY_MAX_MS = 32  # longest wait between two checks of a reply stuck on a busy pipe
+_FREE_CONTEXTS = 256  # idle contexts kept for reuse; more are closed
+_GONE_MAX = 65_536  # pipe closures remembered between two reads; older ones are lost (liveness still acts)
+_SCHEMES = ("tcp://", "ipc://", "tls+tcp://", "inproc://", "tcp4://", "tcp6://")
+
+
+def nng_url(url: str) -> str:
+    """``url`` as NNG takes it: ZeroMQ's ``tcp://host:*`` (any port) becomes ``:0``.
+
+    Raises :class:`TransportError` for a scheme NNG does not serve here.
+    """
+    if not url.startswith(_SCHEMES):
+        raise TransportError(f"cannot bind {url}: not an NNG URL (tcp://, ipc://, tls+tcp://)")
+    return re.sub(r":\*$", ":0", url)
+
+
+def server_tls(cert_key_file: Path, ca_file: Path | None = None) -> pynng.TLSConfig:
+    """A server TLS config from one PEM file holding the certificate and its key; with
+    ``ca_file``, clients must present a certificate signed by it.
+
+    Raises :class:`TransportError` when the files cannot be loaded.
+    """
+    try:
+        config = pynng.TLSConfig(pynng.TLSConfig.MODE_SERVER, cert_key_file=str(cert_key_file))
+        if ca_file is not None:
+            config.add_ca_file(str(ca_file))
+            config.set_auth_mode(pynng.TLSConfig.AUTH_MODE_REQUIRED)
+    except pynng.NNGException as exc:
+        raise TransportError(f"cannot load TLS certificate {cert_key_file}: {exc}") from None
+    return config
+
+
+def client_tls(ca_pem: str, server_name: str = "localhost") -> pynng.TLSConfig:
+    """A client TLS config trusting the PEM certificate(s) ``ca_pem``."""
+    return pynng.TLSConfig(pynng.TLSConfig.MODE_CLIENT, server_name=server_name, ca_string=ca_pem)
+
+
+class RepEndpoint:
+    """A bound rep0 socket whose requests are each held on their own context.
+
+    Requests are identified by a *key* (an int, never reused) from :meth:`recv` until
+    :meth:`send` or :meth:`drop`. Every method is meant for one thread (the gateway's).
+
+    Raises :class:`TransportError` at construction when ``url`` cannot be bound.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_contexts: int = 1024,
+        max_message_bytes: int = 64 * 1024 * 1024,
+        send_timeout_ms: int = 30_000,
+        tls: pynng.TLSConfig | None = None,
+    ) -> None:
+        if max_contexts < 1:
+            raise ValueError("max_contexts must be at least 1")
+        self.url = url
+        self.max_contexts = max_contexts
+        self.send_timeout_ms = send_timeout_ms
+        self.received = 0
+        self.refused = 0  # requests dropped unanswered because max_contexts were held
+        self.dropped = 0  # requests the edge chose not to answer
+        self.send_failed = 0  # replies NNG could not deliver (timeout, socket closed)
+        self._held: dict[int, object] = {}  # key -> nng_ctx * of a request awaiting its answer
+        self._free: list[object] = []  # contexts ready for the next request
+        self._aios: list[object] = []  # idle nng_aio * for replies
+        self.sending: list[tuple[object, object]] = []  # (aio, ctx) of replies still going out
+        self._next_key = 1
+        self._msgp = ffi.new("nng_msg **")
+        self._retry_ms = 1
+        bind = nng_url(url)
+        if bind.startswith("tls+") and tls is None:
+            raise TransportError(f"cannot bind {url}: tls+tcp:// needs a certificate (tls_cert_key_file)")
+        try:
+            sock = pynng.Rep0(tls_config=tls) if tls is not None else pynng.Rep0()
+        except pynng.NNGException as exc:
+            raise TransportError(f"cannot open an NNG socket for {url}: {exc}") from None
+        try:
+            # 0 would be "unlimited"; NNG closes the pipe of a peer that sends more.
+            sock.recv_max_size = max_message_bytes
+            listener = sock.listen(bind)
+        except pynng.NNGException as exc:
+            sock.close()
+            reason = "address already in use" if isinstance(exc, pynng.AddressInUse) else str(exc)
+            raise TransportError(f"cannot bind {url}: {reason}") from None
+        self.socket = sock
+        self.endpoint: str = str(listener.url)
+        self.fd: int = int(sock.recv_fd)
+        self._sock = sock.socket
+        # Peers that disconnect: NNG calls back on its own thread; the pipe id goes to a
+        # bounded deque and one byte to a pipe whose read end the loop polls.
+        self._gone: deque[int] = deque(maxlen=_GONE_MAX)
+        self.event_fd, self._event_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        sock.add_post_pipe_remove_cb(self._pipe_removed)
+
+    def _pipe_removed(self, pipe: pynng.Pipe) -> None:
+        # Runs on an NNG thread: only thread-safe steps (deque.append, os.write).
+        self._gone.append(int(pipe.id))
+        fd = self._event_w
+        if fd >= 0:
+            with contextlib.suppress(OSError):  # full: the loop will read it anyway
+                os.write(fd, b"\0")
+
+    def closed_pipes(self) -> list[int]:
+        """Ids of the connections closed since the last call (peers gone)."""
+        with contextlib.suppress(OSError):
+            while os.read(self.event_fd, 4096):
+                pass
+        gone: list[int] = []
+        while self._gone:
+            gone.append(self._gone.popleft())
+        return gone
+
+    # ------------------------------------------------------------------ receiving
+
+    @property
+    def held(self) -> int:
+        """Requests received and not answered yet."""
+        return len(self._held)
+
+    def recv(self) -> tuple[int, int, bytes] | None:
+        """The next waiting request as ``(key, pipe id, message)``, or None when none is
+        waiting. Requests beyond ``max_contexts`` are dropped and counted, not returned.
+
+        Raises :class:`TransportError` if NNG fails for another reason than "nothing
+        waiting" or "socket closed".
+        """
+        for _ in range(64):  # refusals consumed per call: bounded work per poll
+            ctx = self._free.pop() if self._free else self._open()
+            rv = lib.nng_ctx_recvmsg(ctx[0], self._msgp, _NONBLOCK)  # type: ignore[index]
+            if rv != 0:
+                self._free.append(ctx)
+                if rv in (_EAGAIN, _ECLOSED):
+                    return None
+                raise TransportError(f"receive on {self.url} failed: {_strerror(rv)}")
+            msg = self._msgp[0]
+            try:
+                data = bytes(ffi.buffer(lib.nng_msg_body(msg), lib.nng_msg_len(msg)))
+                pipe = int(lib.nng_pipe_id(lib.nng_msg_get_pipe(msg)))
+            finally:
+                lib.nng_msg_free(msg)
+            self.received += 1
+            if len(self._held) >= self.max_contexts:
+                # The context forgets this request when it receives the next one.
+                self.refused += 1
+                self._recycle(ctx)
+                continue
+            key = self._next_key
+            self._next_key += 1
+            self._held[key] = ctx
+            return key, pipe, data
+        return None
+
+    def _open(self) -> object:
+        ctx = ffi.new("nng_ctx *")
+        rv = lib.nng_ctx_open(ctx, self._sock)
+        if rv != 0:
+            raise TransportError(f"cannot open an NNG context on {self.url}: {_strerror(rv)}")
+        return ctx
+
+    def _recycle(self, ctx: object) -> None:
+        if len(self._free) < _FREE_CONTEXTS:
+            self._free.append(ctx)
+        else:
+            lib.nng_ctx_close(ctx[0])  # type: ignore[index]
+
+    # ------------------------------------------------------------------- replying
+
+    def send(self, key: int, data: bytes) -> bool:
+        """Answer request ``key`` with ``data``; False if ``key`` is not held (answered
+        or dropped already). The reply may still be going out when this returns.
+
+        Raises :class:`TransportError` if NNG cannot allocate the message.
+        """
+        ctx = self._held.pop(key, None)
+        if ctx is None:
+            return False
+        aio = self._aios.pop() if self._aios else self._alloc_aio()
+        msgp = self._msgp
+        rv = lib.nng_msg_alloc(msgp, 0)
+        if rv == 0:
+            rv = lib.nng_msg_append(msgp[0], data, len(data))
+            if rv != 0:
+                lib.nng_msg_free(msgp[0])
+        if rv != 0:
+            self._aios.append(aio)
+            self._recycle(ctx)
+            raise TransportError(f"cannot build a {len(data)}-byte NNG message: {_strerror(rv)}")
+        lib.nng_aio_set_timeout(aio, self.send_timeout_ms)
+        lib.nng_aio_set_msg(aio, msgp[0])
+        lib.nng_ctx_send(ctx[0], aio)  # type: ignore[index]
+        if lib.nng_aio_busy(aio):
+            self.sending.append((aio, ctx))
+        else:
+            self._sent(aio, ctx)
+        return True
+
+    def drop(self, key: int) -> bool:
+        """Leave request ``key`` unanswered (its peer times out and resends); False if
+        it is not held."""
+        ctx = self._held.pop(key, None)
+        if ctx is None:
+            return False
+        self.dropped += 1
+        self._recycle(ctx)
+        return True
+
+    def _alloc_aio(self) -> object:
+        aiop = ffi.new("nng_aio **")
+        rv = lib.nng_aio_alloc(aiop, ffi.NULL, ffi.NULL)
+        if rv != 0:
+            raise TransportError(f"cannot allocate an NNG aio: {_strerror(rv)}")
+        return aiop[0]
+
+    def _sent(self, aio: object, ctx: object) -> None:
+        if lib.nng_aio_result(aio) != 0:
+            self.send_failed += 1
+            msg = lib.nng_aio_get_msg(aio)  # still ours when the send failed
+            if msg != ffi.NULL:
+                lib.nng_msg_free(msg)
+            lib.nng_aio_set_msg(aio, ffi.NULL)
+        self._aios.append(aio)
+        self._recycle(ctx)
+
+    def reap(self) -> int:
+        """Collect replies that finished going out; returns how many are still going."""
+        if not self.sending:
+            self._retry_ms = 1
+            return 0
+        busy = lib.nng_aio_busy
+        still: list[tuple[object, object]] = []
+        for aio, ctx in self.sending:
+            if busy(aio):
+                still.append((aio, ctx))
+            else:
+                self._sent(aio, ctx)
+        self.sending = still
+        if not still:
+            self._retry_ms = 1
+        return len(still)
+
+    def retry_after_ms(self) -> int | None:
+        """How long the loop may sleep before :meth:`reap` should run again (backoff
+        1, 2, 4 ... 32 ms while replies are pending), or None when none is."""
+        if not self.sending:
+            return None
+        wait = self._retry_ms
+        self._retry_ms = min(_RETRY_MAX_MS, wait * 2)
+        return wait
+
+    def close(self, flush_ms: int = 200) -> None:
+        """Give pending replies up to ``flush_ms`` to go out, then close everything."""
+        deadline = time.monotonic() + flush_ms / 1000
+        while self.reap() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        for aio, _ in self.sending:
+            lib.nng_aio_stop(aio)  # cancels and waits: NNG no longer touches it after this
+            self._sent(aio, _)
+        self.sending = []
+        for aio in self._aios:
+            lib.nng_aio_free(aio)
+        self._aios = []
+        self._held.clear()
+        self._free.clear()
+        self.socket.close()  # closes every context too (and calls _pipe_removed per peer)
+        # nng_close returns once its pipes are gone; -1 first so no late callback can
+        # write to a descriptor number the process reuses.
+        fds, self._event_w = (self.event_fd, self._event_w), -1
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _strerror(rv: int) -> str:
+    return str(ffi.string(lib.nng_strerror(rv)).decode("utf-8", "replace"))
+
+
+def connect_req(
+    url: str,
+    *,
+    recv_timeout_ms: int = 3000,
+    send_timeout_ms: int = 3000,
+    resend_ms: int | None = None,
+    max_message_bytes: int = 64 * 1024 * 1024,
+    tls: pynng.TLSConfig | None = None,
+) -> pynng.Req0:
+    """A req0 socket dialled to ``url`` (tests and the conformance suite). The dial
+    blocks until connected. ``resend_ms``: NNG's request resend time (None: NNG's
+    default of one minute).
+
+    Raises :class:`TransportError` when the dial fails.
+    """
+    sock = pynng.Req0(tls_config=tls) if tls is not None else pynng.Req0()
+    try:
+        sock.recv_timeout = recv_timeout_ms
+        sock.send_timeout = send_timeout_ms
+        sock.recv_max_size = max_message_bytes
+        if resend_ms is not None:
+            sock.resend_time = resend_ms
+        sock.dial(nng_url(url), block=True)
+    except pynng.NNGException as exc:
+        sock.close()
+        raise TransportError(f"cannot dial {url}: {exc}") from None
+    return sock
