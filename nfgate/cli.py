@@ -187,11 +187,12 @@ def serve(
 
 
 from nfgate.bench.cli import bench  # noqa: E402  (subcommands register after the group exists)
+from nfgate.conformance.cli import conformance  # noqa: E402
 from nfgate.discover import discover  # noqa: E402
 
 main.add_command(bench)
 main.add_command(discover)
-
+main.add_command(conformance)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -188,6 +188,14 @@ class NfpEdge(RouterEdge):
             case Action.STRANGER, _:
                 self.counters["strangers"] += 1
                 self._disconnect(address, p, "unregistered")
+            case Action.IGNORE, Ready():
+                # specs/nfp.md "Opening and Closing": "The worker MUST NOT send a further
+                # READY" and "The broker MUST respond to any valid but unexpected command by
+                # sending DISCONNECT and then no further commands to that worker".
+                self.counters["repeated_ready"] += 1
+                self._disconnect(address, p, "READY sent twice")
+                self._forget_worker(address, p)
+                out.append(Unregister(peer=peer, reason="worker sent READY twice"))
             case Action.IGNORE, _:
                 self.counters["ignored"] += 1
             case _:

@@ -1,0 +1,166 @@
+"""The suite as a broker: one ROUTER bound at ``--endpoint`` for the whole run, which the
+worker under test connects to (worker roles).
+
+The link keeps the identity of the worker that spoke last (a worker that reconnects on
+a new socket may come back under a new one), answers what a broker must answer without
+being asked (DCP's PONG), and sends the broker's heartbeats while any case waits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import zmq
+
+from nfgate.codecs._base import Message
+from nfgate.conformance.context import CaseContext, NoAnswer, Received, Source
+from nfgate.conformance.registry import Session
+from nfgate.errors import TransportError
+
+__all__ = ["RouterLink"]
+
+AutoReply = Callable[[Received], Message | None]
+HeartbeatFactory = Callable[["RouterLink"], Message | None]
+
+
+class RouterLink:
+    """A bound ROUTER; raises :class:`TransportError` when ``--endpoint`` cannot be bound."""
+
+    def __init__(self, session: Session, heartbeat: HeartbeatFactory, auto: AutoReply | None = None) -> None:
+        self.session = session
+        sock = session.context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        # A reconnecting worker with a fixed identity (NorFab's) must be able to take over.
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        # Know when a send goes nowhere (the worker died) instead of dropping silently.
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        url = session.options.endpoint
+        if url.endswith(":0"):  # libzmq spells "any free port" as ":*"
+            url = url[:-2] + ":*"
+        try:
+            sock.bind(url)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            raise TransportError(f"cannot bind {session.options.endpoint}: {exc.strerror}") from None
+        self.sock = sock
+        self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        session.announce(f"listening on {self.endpoint}: start the worker under test there")
+        self.worker: bytes | None = None  # identity of the worker under test
+        self.service: str | bytes = ""  # what it registered for
+        self.beating = True  # cases that test broker silence switch this off
+        self._heartbeat = heartbeat
+        self._auto = auto
+        self._due = time.monotonic() + session.options.heartbeat_ms / 1000.0
+        session.pumps.append(self.pump)
+
+    @property
+    def label(self) -> str:
+        return "broker"
+
+    def pump(self, ctx: CaseContext) -> None:
+        """Send the broker heartbeat when due (and a worker is known)."""
+        now = time.monotonic()
+        if now < self._due:
+            return
+        self._due = now + self.session.options.heartbeat_ms / 1000.0
+        if self.beating and self.worker is not None:
+            message = self._heartbeat(self)
+            if message is not None:
+                self.try_send(ctx, message)
+
+    def read(self, ctx: CaseContext) -> Received | None:
+        try:
+            parts = self.sock.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return None
+        identity, frames = parts[0], parts[1:]
+        message, text = ctx.wire.decode(frames)
+        ctx.record("received", f"from worker {_name(identity)}", frames, text)
+        got = Received(frames=tuple(frames), message=message, text=text, identity=identity)
+        ctx.observe(got)
+        if self.worker is None:
+            self.worker = identity
+        if self._auto is not None:
+            answer = self._auto(got)
+            if answer is not None:
+                # In the dialect the worker used, whatever the run's dialect.
+                encoded = ctx.wire.codec.encode(answer, ctx.wire.detect(frames))
+                self.try_send(ctx, encoded, identity, note=repr(answer))
+        return got
+
+    def send(
+        self, ctx: CaseContext, message: Message | list[bytes], identity: bytes | None = None, note: str = ""
+    ) -> None:
+        """Send to the worker; raises :class:`NoAnswer` when no worker is connected."""
+        if not self.try_send(ctx, message, identity, note):
+            raise NoAnswer("connected worker to send to", 0.0)
+
+    def try_send(
+        self, ctx: CaseContext, message: Message | list[bytes], identity: bytes | None = None, note: str = ""
+    ) -> bool:
+        target = identity if identity is not None else self.worker
+        if target is None:
+            return False
+        if isinstance(message, Message):
+            frames = ctx.wire.encode(message)
+            text = repr(message)
+        else:
+            frames = list(message)
+            text = note or ctx.wire.decode(frames)[1]
+        try:
+            self.sock.send_multipart([target, *frames], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            ctx.record("sent", f"to worker {_name(target)}", frames, f"{text}  [not sent: {exc.strerror}]")
+            return False
+        ctx.record("sent", f"to worker {_name(target)}", frames, text)
+        return True
+
+    def recv(
+        self, ctx: CaseContext, what: str, timeout_s: float | None = None, skip: tuple[str, ...] = ()
+    ) -> Received:
+        """The next message from a worker whose type is not in ``skip``; raises
+        :class:`NoAnswer`."""
+        limit = ctx.wait_s(timeout_s)
+        found: list[Received] = []
+
+        def take(_: Source, got: Received) -> bool:
+            if got.type in skip:
+                return False
+            found.append(got)
+            return True
+
+        if ctx.watch([self], take, limit):
+            return found[0]
+        raise NoAnswer(f"{what} from the worker", limit)
+
+    def collect(self, ctx: CaseContext, window_s: float, skip: tuple[str, ...] = ()) -> list[Received]:
+        """Every message from a worker within ``window_s`` (clamped), minus ``skip``."""
+        out: list[Received] = []
+
+        def keep(_: Source, got: Received) -> bool:
+            if got.type not in skip:
+                out.append(got)
+            return False
+
+        ctx.watch([self], keep, window_s)
+        return out
+
+    def drain(self, ctx: CaseContext) -> list[Received]:
+        """What queued up between cases (heartbeats mostly), read without waiting."""
+        out: list[Received] = []
+        for _ in range(10_000):
+            got = self.read(ctx)
+            if got is None:
+                break
+            out.append(got)
+        return out
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+def _name(identity: bytes) -> str:
+    if identity and all(0x21 <= b < 0x7F for b in identity):
+        return identity.decode("ascii")
+    return "id-" + identity.hex()

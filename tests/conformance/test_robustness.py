@@ -1,0 +1,142 @@
+"""The suite never hangs: a silent peer and a peer that dies mid-run end quickly, with
+the remaining cases SKIPped; and the command line's usage errors exit 2."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nfgate.cli import main
+from nfgate.conformance.model import CaseResult, RunOptions, Verdict
+from nfgate.conformance.registry import find_role, select
+from nfgate.conformance.runner import run
+
+from .conftest import HEARTBEAT_MS
+from .peers import SilentRouter, TinyDcpWorker, free_port
+from .test_against_nfgate import _serve, _stop
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("protocol", ["nfp", "dcp"])
+def test_silent_peer_is_reported_once_and_the_rest_skipped(protocol: str) -> None:
+    peer = SilentRouter()
+    peer.start()
+    try:
+        started = time.monotonic()
+        role = find_role(protocol, "broker")
+        options = RunOptions(
+            protocol=protocol, role="broker", endpoint=peer.endpoint, dialect="spec", timeout_s=0.5
+        )
+        report = run(role, options, select(role))
+        elapsed = time.monotonic() - started
+    finally:
+        peer.stop()
+    first, rest = report.results[0], report.results[1:]
+    assert first.verdict is Verdict.FAIL and "stopped answering" in first.reason
+    assert rest and all(r.verdict is Verdict.SKIP and "stopped answering" in r.reason for r in rest)
+    assert elapsed < 10, f"took {elapsed:.1f} s"
+    assert peer.received > 0  # the suite did talk to it
+    assert report.failed()
+
+
+@pytest.mark.timeout(120)
+def test_peer_dying_mid_run_skips_the_remaining_cases(tmp_path: Path) -> None:
+    proc, edges, _ = _serve(tmp_path)
+    seen: list[CaseResult] = []
+
+    def kill_after_three(case: object, result: CaseResult) -> None:
+        seen.append(result)
+        if len(seen) == 3:
+            proc.kill()
+            proc.wait(10)
+
+    try:
+        role = find_role("dcp", "broker")
+        options = RunOptions(
+            protocol="dcp", role="broker", endpoint=edges["dcp"], dialect="spec", timeout_s=0.5
+        )
+        started = time.monotonic()
+        report = run(role, options, select(role, exclude=("*-8.5",)), kill_after_three)
+        elapsed = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
+    assert not any("stopped answering" in r.reason for r in report.results[:3])
+    dead = [r for r in report.results if "stopped answering" in r.reason]
+    assert len(dead) == len(report.results) - 3
+    assert dead[0].verdict is Verdict.FAIL  # reported once...
+    assert all(r.verdict is Verdict.SKIP for r in dead[1:])  # ...then skipped
+    assert elapsed < 30, f"took {elapsed:.1f} s"
+
+
+def test_list_prints_the_cases_without_running() -> None:
+    result = CliRunner().invoke(
+        main, ["conformance", "-p", "nfp", "-r", "broker", "--list", "--cases", "NFP-BROKER-7.*"]
+    )
+    assert result.exit_code == 0, result.output
+    ids = [line.split()[0] for line in result.output.splitlines() if line.startswith("NFP-")]
+    assert ids and all(i.startswith("NFP-BROKER-7.") for i in ids)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-p", "nfp", "-r", "nobody", "--list"],
+        ["-p", "nfp", "-r", "broker", "--dialect", "klingon", "-e", "tcp://127.0.0.1:1"],
+        ["-p", "nfp", "-r", "broker"],
+        ["-p", "dcp", "-r", "broker", "-e", "tcp://127.0.0.1:1", "--cases", "NOPE-*"],
+        ["-p", "nfp", "-r", "broker", "-e", "tcp://127.0.0.1:1", "--timeout", "0"],
+    ],
+)
+def test_usage_errors_exit_2(args: list[str]) -> None:
+    result = CliRunner().invoke(main, ["conformance", *args])
+    assert result.exit_code == 2, result.output
+
+
+@pytest.mark.timeout(30)
+def test_worker_role_cannot_bind_is_a_usage_error() -> None:
+    peer = SilentRouter()  # holds the port the suite is told to bind
+    peer.start()
+    try:
+        result = CliRunner().invoke(main, ["conformance", "-p", "dcp", "-r", "worker", "-e", peer.endpoint])
+    finally:
+        peer.stop()
+    assert result.exit_code == 2 and "cannot bind" in result.output, result.output
+
+
+@pytest.mark.timeout(60)
+def test_worker_dying_mid_run_skips_the_remaining_cases() -> None:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    worker = TinyDcpWorker(endpoint, b"tiny", heartbeat_s=HEARTBEAT_MS / 1000)
+    worker.start()
+    seen: list[CaseResult] = []
+
+    def stop_after_two(case: object, result: CaseResult) -> None:
+        seen.append(result)
+        if len(seen) == 2:
+            worker.stop()
+
+    role = find_role("dcp", "worker")
+    options = RunOptions(
+        protocol="dcp",
+        role="worker",
+        endpoint=endpoint,
+        dialect="spec",
+        timeout_s=0.5,
+        heartbeat_ms=HEARTBEAT_MS,
+    )
+    started = time.monotonic()
+    try:
+        report = run(role, options, select(role), stop_after_two)
+    finally:
+        if worker.is_alive():
+            worker.stop()
+    elapsed = time.monotonic() - started
+    dead = [r for r in report.results if "stopped answering" in r.reason]
+    assert dead and dead[0].verdict is Verdict.FAIL
+    assert all(r.verdict is Verdict.SKIP for r in dead[1:])
+    assert len(dead) == len(report.results) - 2
+    assert elapsed < 20, f"took {elapsed:.1f} s"
