@@ -136,7 +136,9 @@ def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
     if options.get("curve_allow") is not None and options.get("curve_secret_key") is None:
         raise ConfigError(f"config: {where}.curve_allow needs {where}.curve_secret_key")
     if enabled and options.get("curve_secret_key") is not None:
-        load_server_keys(options["curve_secret_key"], options.get("curve_allow"))  # fail at start, in one line
+        load_server_keys(
+            options["curve_secret_key"], options.get("curve_allow")
+        )  # fail at start, in one line
     return EdgeConfig(
         kind=kind,
         enabled=enabled,

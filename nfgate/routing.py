@@ -33,7 +33,7 @@ from nfgate.model import (
     TargetKind,
     Unregister,
 )
-from nfgate.queues import Event, FairQueue, Job, Part, PartState, Waitlist, WorkerState, advance
+from nfgate.queues import Event, FairQueue, Job, Part, PartState, Waitlist, WorkerState, advance, with_field
 
 __all__ = [
     "DEFAULT_LIVENESS",
@@ -207,7 +207,7 @@ class Router:
         if cmd.reply_to in self._workers:  # a worker forwarding a request is alive too
             self._touch(self._workers[cmd.reply_to], now)
         if cmd.id == 0:
-            req = attrs.evolve(cmd, id=self._next_id)
+            req = with_field(cmd, "id", self._next_id)
             self._next_id += 1
         else:
             # An edge restoring a stored job after a restart keeps its id.
@@ -462,7 +462,7 @@ class Router:
             return
         self._touch(w, now)
         job = part.job
-        reply = cmd if cmd.worker_name or not w.name else attrs.evolve(cmd, worker_name=w.name)
+        reply = cmd if cmd.worker_name or not w.name else with_field(cmd, "worker_name", w.name)
         if cmd.interim:
             advance(part, Event.PROGRESS)
             self._stats["progress"] += 1

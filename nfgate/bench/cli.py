@@ -1,11 +1,145 @@
-"""The ``nfgate bench`` command (placeholder until the benchmark lands)."""
+"""The ``nfgate bench`` command: prints one JSON object per scenario (and mode).
+
+See :mod:`nfgate.bench.runner` for what is measured and docs/performance.md for the
+figures and how to read them.
+"""
 
 from __future__ import annotations
 
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
 import click
+
+from nfgate.bench.runner import BROKERS, BenchError, Settings
+
+__all__ = ["bench"]
+
+
+def _brokers(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    unknown = [n for n in names if n not in BROKERS]
+    if unknown or not names:
+        raise click.BadParameter(f"choose from {', '.join(BROKERS)} (comma-separated), got {value!r}")
+    return names
 
 
 @click.command()
-def bench() -> None:
-    """Benchmark the gateway against a raw pyzmq relay and the NorFab broker."""
-    raise click.ClickException("bench: not built yet")
+@click.option("--scenario", type=click.Choice(["relay", "idle", "all"]), default="all", show_default=True)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0.1, max=600),
+    default=3.0,
+    show_default=True,
+    help="Seconds measured per broker and mode (warm-up excluded).",
+)
+@click.option(
+    "--warmup",
+    type=click.FloatRange(min=0.0, max=60),
+    default=1.0,
+    show_default=True,
+    help="Seconds before measuring.",
+)
+@click.option(
+    "--clients", type=click.IntRange(1, 256), default=4, show_default=True, help="Client DEALER sockets."
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 256),
+    default=16,
+    show_default=True,
+    help="Worker DEALER sockets (nfgate gives each one request at a time).",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(1, 20),
+    default=1,
+    show_default=True,
+    help="Rounds over all brokers; figures and ratios are the medians.",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(1, 10_000),
+    default=100,
+    show_default=True,
+    help="Requests outstanding per client in the pipelined mode.",
+)
+@click.option(
+    "--size", type=click.IntRange(80, 1 << 20), default=100, show_default=True, help="Request body bytes."
+)
+@click.option(
+    "--brokers",
+    default=",".join(BROKERS),
+    show_default=True,
+    callback=_brokers,
+    help="Brokers to measure in this run, comma-separated.",
+)
+@click.option(
+    "--idle-workers",
+    type=click.IntRange(0, 5000),
+    default=1000,
+    show_default=True,
+    help="Workers in the idle scenario.",
+)
+@click.option(
+    "--out", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Also write the JSON here."
+)
+def bench(
+    scenario: str,
+    duration: float,
+    warmup: float,
+    clients: int,
+    workers: int,
+    repeat: int,
+    window: int,
+    size: int,
+    brokers: tuple[str, ...],
+    idle_workers: int,
+    out: Path | None,
+) -> None:
+    """Benchmark the gateway against a raw pyzmq relay and the NorFab broker.
+
+    Brokers, workers and clients run as separate processes on 127.0.0.1; every child
+    is killed on exit. Progress goes to stderr, results to stdout (one JSON object per
+    line).
+    """
+    try:
+        importlib.import_module("psutil")  # the load processes measure the broker with it
+    except ImportError:
+        raise click.ClickException("bench needs psutil: pip install 'nfgate[bench]'") from None
+    from nfgate.bench import runner
+
+    settings = Settings(
+        duration=duration,
+        warmup=warmup,
+        clients=clients,
+        workers=workers,
+        window=window,
+        size=size,
+        idle_workers=idle_workers,
+        repeat=repeat,
+    )
+
+    def progress(line: str) -> None:
+        click.echo(line, err=True)
+
+    objects: list[dict[str, Any]] = []
+    lines: list[str] = []
+    try:
+        if scenario in ("relay", "all"):
+            objects += runner.relay(settings, brokers, progress)
+        if scenario in ("idle", "all"):
+            objects.append(runner.idle(settings, progress))
+    except BenchError as exc:
+        raise click.ClickException(str(exc)) from None
+    for obj in objects:
+        line = json.dumps(obj)
+        lines.append(line)
+        click.echo(line)
+    if out is not None:
+        try:
+            out.write_text("".join(f"{line}\n" for line in lines))
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {out}: {exc.strerror}") from None

@@ -82,6 +82,7 @@ class DcpEdge(RouterEdge):
         self._workers: dict[bytes, _Worker] = {}
         self._pong: dict[str, list[bytes]] = {d: wire.encode(Pong(), d) for d in wire.DIALECTS}
         self._reconnect: dict[str, list[bytes]] = {d: wire.encode(Reconnect(), d) for d in wire.DIALECTS}
+        self._late: list[Command] = []  # Unregisters found by flush(), for the next tick
 
     # ------------------------------------------------------------------ input
 
@@ -229,9 +230,7 @@ class DcpEdge(RouterEdge):
             self.counters["unencodable"] += 1
             log.debug("%s: cannot send request %d: %s", self.name, request.id, exc.reason)
             return [Reply(id=request.id, status=Status.ERROR, worker=out.worker)]
-        if not self.send(address, frames):
-            del self._workers[address]
-            return [Unregister(peer=out.worker, reason="socket gone")]
+        self.send_later(address, frames)  # a worker that is gone is found in flush()
         return []
 
     def _deliver(self, out: Deliver) -> None:
@@ -261,7 +260,26 @@ class DcpEdge(RouterEdge):
             self.counters["unencodable"] += 1
             log.debug("%s: cannot deliver reply %d: %s", self.name, reply.id, exc.reason)
             return
-        self.send(address, frames)
+        self.send_later(address, frames)
+
+    # ---------------------------------------------------------------- batching
+
+    def flush(self, now_ms: int) -> None:
+        # A dispatch to a worker that is gone: forget it, and tell the core at the next
+        # tick (one loop iteration later), which dispatches the request again.
+        for address in self.send_queued():
+            if self._workers.pop(address, None) is not None:
+                self._late.append(Unregister(peer=self.peer(address), reason="socket gone"))
+
+    def tick(self, now_ms: int) -> list[Command]:
+        late, self._late = self._late, []
+        return late
+
+    def next_deadline(self) -> int | None:
+        return 0 if self._late else None
+
+    def drain(self, now_ms: int) -> None:
+        self.send_queued()
 
 
 def make(settings: EdgeSettings, *, store: JobStore) -> DcpEdge:

@@ -87,6 +87,7 @@ class NfpEdge(RouterEdge):
         self.heartbeat = heartbeat  # (interval ms, liveness): what this edge announces
         self._interval = heartbeat[0]
         self._next_keepalive: int | None = None
+        self._late: list[Command] = []  # Unregisters found by flush(), for the next tick
 
     # ------------------------------------------------------------------ helpers
 
@@ -275,9 +276,11 @@ class NfpEdge(RouterEdge):
             message = Post(header=BROKER, client=self._client_token(request), uuid=uuid, body=body)
         else:
             message = Post(header=BROKER, service=request.service.name, target="any", uuid=uuid, body=body)
-        if not self._send_message(address, message, p.dialect):
+        frames = self.encode(message, p.dialect)
+        if frames is None:
             self._forget_worker(address, p)
             return [Unregister(peer=out.worker, reason="socket gone")]
+        self.send_later(address, frames)  # a worker that is gone is found in flush()
         return []
 
     def _abort(self, out: Abort) -> None:
@@ -310,8 +313,9 @@ class NfpEdge(RouterEdge):
     # ------------------------------------------------------------------ timers
 
     def tick(self, now_ms: int) -> list[Command]:
-        if self._interval <= 0:
-            return []
+        late, self._late = self._late, []
+        if self._interval <= 0 or (self._next_keepalive is not None and now_ms < self._next_keepalive):
+            return late
         self._next_keepalive = now_ms + self._interval
         cache: dict[tuple[str, str], list[bytes] | None] = {}
         for address, p in self._workers.items():
@@ -321,9 +325,11 @@ class NfpEdge(RouterEdge):
             frames = cache[key]
             if frames is not None:
                 self.send(address, frames)
-        return []
+        return late
 
     def next_deadline(self) -> int | None:
+        if self._late:
+            return 0
         if not self._workers or self._interval <= 0:
             self._next_keepalive = None
             return None
@@ -332,12 +338,21 @@ class NfpEdge(RouterEdge):
         return self._next_keepalive
 
     def flush(self, now_ms: int) -> None:
+        # Dispatches first (the workers start while the job records are committed); a
+        # worker that is gone is forgotten and the core told at the next tick, one loop
+        # iteration later, which dispatches the request again.
+        for address in self.send_queued():
+            p = self._workers.get(address)
+            if p is not None:
+                self._forget_worker(address, p)
+                self._late.append(Unregister(peer=self.peer(address), reason="socket gone"))
         self.jobs.flush()
 
     def recover(self, now_ms: int) -> list[Command]:
         return self.jobs.recover()
 
     def drain(self, now_ms: int) -> None:
+        self.send_queued()
         self.jobs.flush()
         for address, p in list(self._workers.items()):
             self._disconnect(address, p, "broker shutting down")

@@ -271,7 +271,8 @@ class NfpJobs:
             name = key
         else:
             status, body = reply.status, reply.body or (b"",)
-        self._store.begin()
+        # A result acknowledges nothing: no fsync for it (JobStore's module docstring).
+        self._store.begin(durable=False)
         if status != STATUS_CANCELLED:
             self._store.add_result(job.uuid, name, status, body, self._clock())
             self._send(

@@ -1,0 +1,264 @@
+"""The bench's scenarios: start the brokers and the load as child processes, collect
+the figures, compute the ratios. The ``nfgate bench`` command (:mod:`nfgate.bench.cli`)
+only parses options and prints what these return.
+
+- ``relay``: N clients -> broker -> M workers echoing a body, once with one request
+  outstanding per client (``sync``) and once with ``window`` (``pipelined``). Every
+  broker is measured in the same run, one after the other, each fresh (its own
+  process, a new ``--data-dir`` for nfgate), with its own worker process started before
+  and its clients in another process.
+- ``idle``: the gateway's RSS with no worker, then with 1,000 registered idle NFP
+  workers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from nfgate.bench.procs import Child, ChildError, children
+from nfgate.edges.kinds import KINDS
+
+__all__ = ["BROKERS", "DIALECT_OF", "BenchError", "Settings", "idle", "relay"]
+
+DIALECT_OF = {
+    "raw": "raw",
+    "nfgate-nfp": "nfp",
+    "nfgate-norfab": "norfab",
+    "nfgate-dcp": "dcp",
+    "norfab": "norfab",
+}
+BROKERS = tuple(DIALECT_OF)
+START_TIMEOUT_S = 30.0
+SETTLE_S = 0.3  # after the workers said ready: their READYs are in the broker's queue by then
+
+
+class BenchError(RuntimeError):
+    """A broker or load process failed; the message is one line."""
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    duration: float = 3.0
+    warmup: float = 1.0
+    clients: int = 4
+    workers: int = 16
+    window: int = 100
+    size: int = 100
+    idle_workers: int = 1000
+    repeat: int = 1
+
+
+def _python_module(module: str, *args: str) -> list[str]:
+    return ["-m", module, *args]
+
+
+def start_broker(name: str, kids: list[Child], workdir: str) -> tuple[Child, str]:
+    """Start broker ``name`` (one of :data:`BROKERS`); return it and its client/worker
+    endpoint. Raises :class:`ChildError` if it does not come up."""
+    if name == "raw":
+        child = Child("raw relay", _python_module("nfgate.bench.relay"))
+        kids.append(child)
+        return child, child.expect(r"listening on (\S+)", START_TIMEOUT_S).group(1)
+    if name == "norfab":
+        child = Child("norfab broker", _python_module("nfgate.bench.norfab_broker", "--base-dir", workdir))
+        kids.append(child)
+        return child, child.expect(r"listening on (\S+)", START_TIMEOUT_S).group(1)
+    # nfgate serve with its NFP and DCP edges only, on free ports, a fresh job store.
+    others = [f"--no-{kind}" for kind in KINDS if kind not in ("nfp", "dcp")]
+    argv = _python_module(
+        "nfgate",
+        "serve",
+        "--data-dir",
+        workdir,
+        "--bind",
+        "nfp=tcp://127.0.0.1:0",
+        "--bind",
+        "dcp=tcp://127.0.0.1:0",
+        "--log-level",
+        "info",
+        *others,
+    )
+    child = Child(name, argv)
+    kids.append(child)
+    edge = "dcp" if DIALECT_OF[name] == "dcp" else "nfp"
+    endpoint = child.expect(rf"{edge} edge \({edge}\) listening on (\S+)", START_TIMEOUT_S).group(1)
+    child.expect(r"\bready\b", START_TIMEOUT_S)
+    return child, endpoint
+
+
+def _workers(kids: list[Child], dialect: str, endpoint: str, count: int, *, confirm: bool = False) -> Child:
+    args = ["workers", "--dialect", dialect, "--endpoint", endpoint, "--count", str(count)]
+    child = Child(
+        f"{dialect} workers", _python_module("nfgate.bench.load", *args, *(["--confirm"] if confirm else []))
+    )
+    kids.append(child)
+    child.expect(r"^ready$", START_TIMEOUT_S, stream="out")
+    return child
+
+
+def _clients(dialect: str, endpoint: str, window: int, broker_pid: int, s: Settings) -> dict[str, Any]:
+    args = [
+        "clients",
+        "--dialect",
+        dialect,
+        "--endpoint",
+        endpoint,
+        "--clients",
+        str(s.clients),
+        "--window",
+        str(window),
+        "--warmup",
+        str(s.warmup),
+        "--duration",
+        str(s.duration),
+        "--size",
+        str(s.size),
+        "--broker-pid",
+        str(broker_pid),
+    ]
+    with children() as kids:
+        child = Child(f"{dialect} clients", _python_module("nfgate.bench.load", *args))
+        kids.append(child)
+        line = child.expect(r"^\{.*\}$", s.warmup + s.duration + 30.0, stream="out").group(0)
+    figures: dict[str, Any] = json.loads(line)
+    return figures
+
+
+MODES = ("sync", "pipelined")
+
+
+def measure(name: str, s: Settings) -> dict[str, dict[str, Any]]:
+    """``{mode: figures}`` for broker ``name``; raises :class:`BenchError`."""
+    dialect = DIALECT_OF[name]
+    with tempfile.TemporaryDirectory(prefix="nfgate-bench-") as workdir, children() as kids:
+        try:
+            broker, endpoint = start_broker(name, kids, workdir)
+            _workers(kids, dialect, endpoint, s.workers)
+            time.sleep(SETTLE_S)
+            out = {}
+            for mode in MODES:
+                window = 1 if mode == "sync" else s.window
+                out[mode] = _clients(dialect, endpoint, window, broker.pid, s)
+                if broker.proc.poll() is not None:
+                    raise ChildError(f"{broker.name} exited during the {mode} run")
+            return out
+        except ChildError as exc:
+            raise BenchError(f"{name}: {exc}") from None
+
+
+def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
+    if not a or not b or not b.get("req_per_s"):
+        return None
+    return round(float(a["req_per_s"]) / float(b["req_per_s"]), 3)
+
+
+def _ratios(figures: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    ratios: dict[str, float | None] = {}
+    for name in figures:
+        if name.startswith("nfgate-"):
+            for base in ("raw", "norfab"):
+                if base in figures:
+                    ratios[f"{name}/{base}"] = _ratio(figures[name], figures[base])
+    if "norfab" in figures and "raw" in figures:
+        ratios["norfab/raw"] = _ratio(figures["norfab"], figures["raw"])
+    return ratios
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def relay(
+    s: Settings, brokers: Sequence[str], progress: Callable[[str], None] = lambda _: None
+) -> list[dict[str, Any]]:
+    """One JSON-ready object per mode (sync, pipelined) with every broker's figures and
+    the ratios ``<nfgate variant>/raw``, ``<nfgate variant>/norfab`` and ``norfab/raw``
+    (req/s). With ``s.repeat`` rounds, every broker is measured once per round (round
+    robin, so slow drift of a shared machine hits them alike); each broker's figures are
+    its median round by req/s, each ratio is the median of the same-round ratios, and
+    ``rounds`` lists every round's req/s and ratios. Raises :class:`BenchError`."""
+    rounds: list[dict[str, dict[str, dict[str, Any]]]] = []
+    for r in range(s.repeat):
+        results: dict[str, dict[str, dict[str, Any]]] = {}
+        for name in brokers:
+            progress(f"bench: round {r + 1}/{s.repeat}: measuring {name}")
+            results[name] = measure(name, s)
+        rounds.append(results)
+    objects = []
+    for mode in MODES:
+        per_round = [{name: results[name][mode] for name in brokers} for results in rounds]
+        figures = {}
+        for name in brokers:
+            runs = sorted((f[name] for f in per_round), key=lambda f: float(f["req_per_s"]))
+            figures[name] = runs[len(runs) // 2]
+        round_ratios = [_ratios(f) for f in per_round]
+        ratios = {
+            key: _median([r[key] for r in round_ratios if r[key] is not None])  # type: ignore[misc]
+            if any(r[key] is not None for r in round_ratios)
+            else None
+            for key in round_ratios[0]
+        }
+        objects.append(
+            {
+                "scenario": "relay",
+                "mode": mode,
+                "window": 1 if mode == "sync" else s.window,
+                "clients": s.clients,
+                "workers": s.workers,
+                "duration_s": s.duration,
+                "warmup_s": s.warmup,
+                "body_bytes": s.size,
+                "repeat": s.repeat,
+                "brokers": figures,
+                "ratios": ratios,
+                "rounds": [
+                    {"req_per_s": {n: f[n]["req_per_s"] for n in brokers}, "ratios": rr}
+                    for f, rr in zip(per_round, round_ratios, strict=True)
+                ],
+            }
+        )
+    return objects
+
+
+def _rss(pid: int) -> int:
+    psutil = importlib.import_module("psutil")  # no type stubs; the cli checked it is there
+    return int(psutil.Process(pid).memory_info().rss)
+
+
+def idle(s: Settings, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """The gateway's RSS with 0 and with ``s.idle_workers`` registered NFP workers.
+    Raises :class:`BenchError`."""
+    progress(f"bench: idle gateway, then {s.idle_workers} NFP workers")
+    with tempfile.TemporaryDirectory(prefix="nfgate-bench-") as workdir, children() as kids:
+        try:
+            broker, endpoint = start_broker("nfgate-nfp", kids, workdir)
+            time.sleep(1.0)
+            rss0 = _rss(broker.pid)
+            started = time.monotonic()
+            workers = _workers(kids, "nfp", endpoint, s.idle_workers, confirm=True)
+            # Every worker heard a KEEPALIVE after its READY: all are registered.
+            workers.expect(r"^registered$", 30.0, stream="out")
+            registered_s = time.monotonic() - started
+            time.sleep(0.5)
+            rss1 = _rss(broker.pid)
+        except ChildError as exc:
+            raise BenchError(f"idle: {exc}") from None
+    per_worker = (rss1 - rss0) / s.idle_workers if s.idle_workers else 0.0
+    return {
+        "scenario": "idle",
+        "broker": "nfgate",
+        "workers": s.idle_workers,
+        "rss_0_workers_bytes": rss0,
+        "rss_workers_bytes": rss1,
+        "rss_ratio": round(rss1 / rss0, 3) if rss0 else None,
+        "bytes_per_worker": round(per_worker),
+        "registration_s": round(registered_s, 2),
+    }

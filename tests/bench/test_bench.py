@@ -1,0 +1,107 @@
+"""`nfgate bench` as a user runs it: a tiny run through the CLI, checked for
+correctness only (never for speed: the machines are shared and noisy)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nfgate.bench.cli import bench
+from nfgate.bench.dialects import DIALECTS, FINAL, INTERIM, Dialect, make_body, make_key
+
+BROKERS = ("raw", "nfgate-dcp", "nfgate-nfp")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_tiny_relay_run_echoes_every_request(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    args = [
+        *("--scenario", "relay", "--duration", "0.3", "--warmup", "0.2"),
+        *("--clients", "2", "--workers", "2", "--window", "5", "--repeat", "2"),
+        *("--brokers", ",".join(BROKERS), "--out", str(out)),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "nfgate", "bench", *args], capture_output=True, text=True, timeout=110
+    )
+    assert done.returncode == 0, done.stderr
+    objects = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(o["scenario"], o["mode"]) for o in objects] == [("relay", "sync"), ("relay", "pipelined")]
+    assert out.read_text().splitlines() == done.stdout.splitlines()
+    for obj in objects:
+        assert set(obj["brokers"]) == set(BROKERS)
+        for name, figures in obj["brokers"].items():
+            where = f"{obj['mode']} {name}"
+            assert figures["req_per_s"] > 0, where
+            assert figures["requests"] > 0, where
+            assert figures["mismatches"] == 0, where
+            assert figures["errors"] == 0, where
+            assert figures["unknown"] == 0, where
+            assert figures["unanswered"] == 0, where
+            assert figures["done"] == figures["sent"], where
+            assert figures["cpu_us_per_req"] > 0, where
+            assert figures["broker_rss_bytes"] > 0, where
+        assert set(obj["ratios"]) == {"nfgate-dcp/raw", "nfgate-nfp/raw"}
+        assert all(r is not None and r > 0 for r in obj["ratios"].values())
+        assert len(obj["rounds"]) == 2
+        assert all(set(r["req_per_s"]) == set(BROKERS) for r in obj["rounds"])
+    # The NFP job flow: every request got its 202 before its result.
+    sync = objects[0]["brokers"]["nfgate-nfp"]
+    assert sync["interim"] >= sync["done"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--scenario", "nope"],
+        ["--brokers", "raw,zeromq"],
+        ["--brokers", ""],
+        ["--duration", "-1"],
+        ["--clients", "0"],
+        ["--window", "x"],
+    ],
+)
+def test_bad_options_are_one_line_and_non_zero(args: list[str]) -> None:
+    result = CliRunner().invoke(bench, args)
+    assert result.exit_code != 0
+    assert "Error" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("name", DIALECTS)
+def test_a_worker_echo_is_what_the_client_expects(name: str) -> None:
+    # The frames a bench worker answers with, as a broker would relay them, satisfy
+    # the client's check; a body for another request does not.
+    dialect = Dialect(name)
+    key = make_key(3, 7)
+    body = make_body(key, 100)
+    assert len(body) == 100 and key in body
+    other = make_body(make_key(3, 8), 100)
+    request = dialect.request(key, body)
+    assert request[0] == b""
+    if name == "norfab":
+        assert dialect.matches(b'{"w1":' + body + b"}", body)
+        assert not dialect.matches(b'{"w1":' + other + b"}", body)
+    else:
+        assert dialect.matches(body, body)
+        assert not dialect.matches(other, body)
+
+
+def test_an_nfp_202_is_interim_and_the_200_final() -> None:
+    dialect = Dialect("nfp")
+    ack = [b"", b"NFPB01", b"\x05", b"echo", b"k" * 32, b"202", b"{}"]
+    done = [b"", b"NFPB01", b"\x05", b"echo", b"k" * 32, b"200", b"body"]
+    failed = [b"", b"NFPB01", b"\x05", b"echo", b"k" * 32, b"408", b"{}"]
+    assert dialect.parse(ack)[0] == INTERIM
+    assert dialect.parse(done) == (FINAL, b"k" * 32, True, b"body")
+    assert dialect.parse(failed)[:3] == (FINAL, b"k" * 32, False)
+
+
+def test_unknown_dialect_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown bench dialect"):
+        Dialect("zmtp")
