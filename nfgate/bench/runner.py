@@ -83,6 +83,7 @@ def start_broker(name: str, kids: list[Child], workdir: str) -> tuple[Child, str
         "dcp=tcp://127.0.0.1:0",
         "--log-level",
         "info",
+        "--no-metrics",
         *others,
     )
     child = Child(name, argv)
