@@ -10,13 +10,14 @@ from __future__ import annotations
 import abc
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import zmq
 
-from nfgate.errors import ConfigError
+from nfgate.codecs._base import Message
+from nfgate.errors import ConfigError, DecodeError
 from nfgate.model import Command, Peer, ServiceRef
 from nfgate.routing_types import Output
 from nfgate.transports.curve import load_server_keys
@@ -28,6 +29,15 @@ if TYPE_CHECKING:
 __all__ = ["Edge", "EdgeSettings", "RouterEdge", "peer_label"]
 
 log = logging.getLogger("nfgate.edge")
+
+
+class WireCodec(Protocol):
+    """What an edge needs of its protocol's codec module."""
+
+    def detect(self, frames: list[bytes]) -> str: ...
+
+    def decode(self, frames: list[bytes], dialect: str) -> Message: ...
+
 
 PEER_CACHE = 100_000  # cached Peer/ServiceRef objects per edge; the cache is reset beyond it
 
@@ -166,7 +176,50 @@ class Edge(abc.ABC):
         log.debug("%s: %s from %s: %s", self.name, what, peer_label(peer.address), reason)
 
 
-class RouterEdge(Edge):
+class Decoding:
+    """Reading a ROUTER transport's waiting messages through the protocol's codec: the
+    receive loop every ZeroMQ edge shares. Needs ``transport`` (a RouterEndpoint),
+    ``wire`` and the :class:`Edge` methods ``peer`` and ``bad_input``."""
+
+    wire: ClassVar[WireCodec]
+    """The protocol's codec (``detect``/``decode``), set by each subclass."""
+    transport: RouterEndpoint
+
+    if TYPE_CHECKING:  # provided by Edge, which comes first in the subclasses' MRO
+
+        def peer(self, address: bytes, sub: bytes = b"") -> Peer: ...
+
+        def bad_input(self, peer: Peer, what: str, reason: str) -> None: ...
+
+    def decoded(self, budget: int) -> Iterator[tuple[bytes, Message, str]]:
+        """``(address, message, dialect)`` for up to ``budget`` waiting messages. One that
+        does not decode is counted and logged (:meth:`bad_input`), handed to
+        :meth:`undecodable` and skipped: network input never raises out of here."""
+        recv, decode, dialect_of = self.transport.recv, self.wire.decode, self.dialect_of
+        for _ in range(budget):
+            got = recv()
+            if got is None:
+                return
+            address, frames = got
+            dialect = dialect_of(address, frames)
+            try:
+                message = decode(frames, dialect)
+            except DecodeError as exc:
+                self.bad_input(self.peer(address), "undecodable", exc.reason)
+                self.undecodable(address, frames)
+                continue
+            yield address, message, dialect
+
+    def dialect_of(self, address: bytes, frames: list[bytes]) -> str:
+        """The dialect to decode ``frames`` with (default: detected from the frames)."""
+        return self.wire.detect(frames)
+
+    def undecodable(self, address: bytes, frames: list[bytes]) -> None:
+        """A message from ``address`` did not decode (already counted): answer it if the
+        protocol has an answer for that."""
+
+
+class RouterEdge(Edge, Decoding):
     """An edge on one bound ZeroMQ ROUTER socket.
 
     Raises :class:`nfgate.errors.TransportError` at construction when the address cannot

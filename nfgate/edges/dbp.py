@@ -28,12 +28,15 @@ import socket
 import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import zmq
 
 from nfgate.codecs import dbp as wire
 from nfgate.codecs._base import Message
+from nfgate.codecs.dbp import Registration as DbpRegistration
+from nfgate.codecs.dbp import Reply as DbpReply
+from nfgate.codecs.dbp import Update as DbpUpdate
 from nfgate.codecs.dbp.session import (
     Action,
     Beat,
@@ -48,7 +51,7 @@ from nfgate.codecs.dbp.session import (
     request_envelope,
     step,
 )
-from nfgate.edges import EdgeSettings, RouterEdge
+from nfgate.edges import EdgeSettings, RouterEdge, WireCodec
 from nfgate.edges.dbp_catalog import ServiceCache, answer
 from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT
 from nfgate.errors import DecodeError, EncodeError, TransportError
@@ -99,6 +102,7 @@ class DbpEdge(RouterEdge):
     cannot be bound (the ROUTER is closed again then)."""
 
     protocol = "dbp"
+    wire: ClassVar[WireCodec] = wire
 
     def __init__(
         self,
@@ -168,24 +172,18 @@ class DbpEdge(RouterEdge):
 
     def receive(self, now_ms: int, budget: int) -> list[Command]:
         out: list[Command] = []
-        recv = self.transport.recv
-        for _ in range(budget):
-            got = recv()
-            if got is None:
-                break
-            address, frames = got
-            dialect = self._dialects.get(address) or wire.detect(frames)
-            try:
-                message = wire.decode(frames, dialect)
-            except DecodeError as exc:
-                self.bad_input(self.peer(address), "undecodable", exc.reason)
-                continue
+        for address, message, dialect in self.decoded(budget):
             self._remember(address, dialect)
             self._on_message(address, message, dialect, now_ms, out)
         if self.udp is not None:
             for data, sender in self.udp.recv_batch(budget):
                 self._on_datagram(data, sender, now_ms, out)
         return out
+
+    def dialect_of(self, address: bytes, frames: list[bytes]) -> str:
+        # A peer keeps the dialect it was first seen with (Hermes REQ peers' later frames
+        # are ambiguous on their own).
+        return self._dialects.get(address) or wire.detect(frames)
 
     def _remember(self, address: bytes, dialect: str) -> None:
         # "detected from the first message": a peer keeps the dialect it started with.
@@ -280,7 +278,7 @@ class DbpEdge(RouterEdge):
         self._send(address, wire.Denied(time=time.time(), reasons=frames), dialect)
 
     def _register(
-        self, address: bytes, msg: wire.Registration, dialect: str, now: int, out: list[Command]
+        self, address: bytes, msg: DbpRegistration, dialect: str, now: int, out: list[Command]
     ) -> None:
         try:
             info = wire.service_info(msg)
@@ -344,7 +342,7 @@ class DbpEdge(RouterEdge):
             name=WORKER_PREFIX + svc.name,
         )
 
-    def _update(self, svc: _Service, msg: wire.Update, now: int, out: list[Command]) -> None:
+    def _update(self, svc: _Service, msg: DbpUpdate, now: int, out: list[Command]) -> None:
         try:
             update = wire.service_info(msg)
         except DecodeError as exc:
@@ -386,7 +384,7 @@ class DbpEdge(RouterEdge):
 
     # ----------------------------------------------------------------- worker
 
-    def _reply(self, svc: _Service, msg: wire.Reply, out: list[Command]) -> None:
+    def _reply(self, svc: _Service, msg: DbpReply, out: list[Command]) -> None:
         peer = self.peer(svc.address)
         envelope = parse_reply(msg.info)
         if envelope is not None and envelope.request_id is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from typing import ClassVar
 
 from nfgate.codecs._base import Message
 from nfgate.codecs.dcp import codec as wire
@@ -30,8 +31,8 @@ from nfgate.codecs.dcp.messages import Pong, Reconnect, Registration
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.dcp.session import Action, PeerState, step
-from nfgate.edges import EdgeSettings, RouterEdge
-from nfgate.errors import DecodeError, EncodeError
+from nfgate.edges import EdgeSettings, RouterEdge, WireCodec
+from nfgate.errors import EncodeError
 from nfgate.model import (
     Command,
     Forward,
@@ -75,6 +76,7 @@ class _Worker:
 
 class DcpEdge(RouterEdge):
     protocol = "dcp"
+    wire: ClassVar[WireCodec] = wire
 
     def __init__(self, settings: EdgeSettings) -> None:
         super().__init__(settings)
@@ -88,18 +90,7 @@ class DcpEdge(RouterEdge):
 
     def receive(self, now_ms: int, budget: int) -> list[Command]:
         commands: list[Command] = []
-        recv = self.transport.recv
-        for _ in range(budget):
-            got = recv()
-            if got is None:
-                break
-            address, frames = got
-            dialect = wire.detect(frames)
-            try:
-                message = wire.decode(frames, dialect)
-            except DecodeError as exc:
-                self.bad_input(self.peer(address), "undecodable", exc.reason)
-                continue
+        for address, message, dialect in self.decoded(budget):
             self._remember(address, dialect)
             self._on_message(address, message, dialect, commands)
         return commands

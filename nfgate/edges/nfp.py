@@ -23,7 +23,7 @@ import logging
 import uuid as uuidlib
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from nfgate.codecs._base import Message
 from nfgate.codecs.nfp import codec as wire
@@ -43,10 +43,10 @@ from nfgate.codecs.nfp.messages import (
     Stream,
 )
 from nfgate.codecs.nfp.session import Action, PeerState, step
-from nfgate.edges import EdgeSettings, RouterEdge, peer_label
+from nfgate.edges import EdgeSettings, RouterEdge, WireCodec, peer_label
 from nfgate.edges.nfp_jobs import NfpJobs
 from nfgate.edges.nfp_services import NfpOptions, NfpServices
-from nfgate.errors import DecodeError, EncodeError
+from nfgate.errors import EncodeError
 from nfgate.model import Command, Heartbeat, Peer, Register, Reply, Request, ServiceRef, Unregister
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
 from nfgate.store import JobStore
@@ -76,6 +76,7 @@ class _Peer:
 
 class NfpEdge(RouterEdge):
     protocol = "nfp"
+    wire: ClassVar[WireCodec] = wire
 
     def __init__(self, settings: EdgeSettings, *, store: JobStore, options: NfpOptions | None = None) -> None:
         super().__init__(settings)
@@ -114,18 +115,7 @@ class NfpEdge(RouterEdge):
 
     def receive(self, now_ms: int, budget: int) -> list[Command]:
         commands: list[Command] = []
-        recv = self.transport.recv
-        for _ in range(budget):
-            got = recv()
-            if got is None:
-                break
-            address, frames = got
-            dialect = wire.detect(frames)
-            try:
-                message = wire.decode(frames, dialect)
-            except DecodeError as exc:
-                self.bad_input(self.peer(address), "undecodable", exc.reason)
-                continue
+        for address, message, dialect in self.decoded(budget):
             self._on_message(address, message, dialect, now_ms, commands)
         return commands
 

@@ -26,13 +26,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from typing import cast
+from typing import ClassVar, cast
 
 from nfgate.codecs import sada as wire
 from nfgate.codecs._base import Message
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.codecs.sada.session import Action, ChannelState, channel_step, piran_evidence, request_id
-from nfgate.edges import EdgeSettings, RouterEdge, peer_label
+from nfgate.edges import EdgeSettings, RouterEdge, WireCodec, peer_label
 from nfgate.edges.sada_common import (
     DEFAULT_PROTO,
     WireCache,
@@ -43,7 +43,7 @@ from nfgate.edges.sada_common import (
     sada_router,
     service_ref,
 )
-from nfgate.errors import ConfigError, DecodeError, EncodeError
+from nfgate.errors import ConfigError, EncodeError
 from nfgate.model import Command, Heartbeat, Peer, Register, Reply, Request, ServiceRef, Unregister
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
 from nfgate.store import JobStore
@@ -72,6 +72,7 @@ class SadaChannelEdge(RouterEdge):
     :class:`ConfigError` when its public endpoint cannot be an identity."""
 
     protocol = "sada"
+    wire: ClassVar[WireCodec] = wire
 
     def __init__(self, settings: EdgeSettings) -> None:
         # RouterEdge's transport cannot set an identity before binding: build our own.
@@ -144,20 +145,12 @@ class SadaChannelEdge(RouterEdge):
 
     def receive(self, now_ms: int, budget: int) -> list[Command]:
         commands: list[Command] = []
-        recv = self.transport.recv
-        for _ in range(budget):
-            got = recv()
-            if got is None:
-                break
-            address, frames = got
-            try:
-                message = wire.decode(frames, wire.detect(frames))
-            except DecodeError as exc:
-                self.bad_input(self.peer(address), "undecodable", exc.reason)
-                self._reject(address, frames)
-                continue
+        for address, message, _ in self.decoded(budget):
             self._on_message(address, message, now_ms, commands)
         return commands
+
+    def undecodable(self, address: bytes, frames: list[bytes]) -> None:
+        self._reject(address, frames)
 
     def _reject(self, address: bytes, frames: list[bytes]) -> None:
         """A REQ that does not decode but whose request id reads is answered 400."""

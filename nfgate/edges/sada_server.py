@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import cast
+from typing import ClassVar, cast
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -33,9 +33,9 @@ from nfgate.codecs import sada as wire
 from nfgate.codecs._base import Message
 from nfgate.codecs.sada.messages import Intr, Pong, Rep, Req
 from nfgate.codecs.sada.session import Action, ServerState, piran_evidence, server_step
-from nfgate.edges import Edge, EdgeSettings
+from nfgate.edges import Decoding, Edge, EdgeSettings, WireCodec
 from nfgate.edges.sada_common import DEFAULT_PROTO, WireCache, client_status, connect, join_body, sada_router
-from nfgate.errors import ConfigError, DecodeError, EncodeError
+from nfgate.errors import ConfigError, EncodeError
 from nfgate.model import Command, Request
 from nfgate.routing_types import Accepted, Deliver, Output
 from nfgate.store import JobStore
@@ -56,11 +56,12 @@ class _Channel:
         self.state = ServerState.NEW
 
 
-class SadaServerEdge(Edge):
+class SadaServerEdge(Edge, Decoding):
     """The server. Raises :class:`ConfigError` for a channel URL that names no
     ``tcp://host:port``, :class:`nfgate.errors.TransportError` if it cannot connect."""
 
     protocol = "sada"
+    wire: ClassVar[WireCodec] = wire
 
     def __init__(self, settings: EdgeSettings) -> None:
         super().__init__(settings)
@@ -169,20 +170,10 @@ class SadaServerEdge(Edge):
     def receive(self, now_ms: int, budget: int) -> list[Command]:
         self._connections(budget)
         commands: list[Command] = []
-        recv = self.transport.recv
-        for _ in range(budget):
-            got = recv()
-            if got is None:
-                break
-            address, frames = got
+        for address, message, _ in self.decoded(budget):
             channel = self._channels.get(address)
             if channel is None:  # pragma: no cover - every pipe is one we named
                 self.bad_input(self.peer(address), "unknown_channel", "a message from no configured channel")
-                continue
-            try:
-                message = wire.decode(frames, wire.detect(frames))
-            except DecodeError as exc:
-                self.bad_input(self.peer(address), "undecodable", exc.reason)
                 continue
             self._settle(channel, message)
             self._on_message(channel, message, commands)
