@@ -23,10 +23,10 @@ __all__ = ["conformance"]
 
 EPILOG = """\b
 Roles: the suite plays the counterpart of the peer under test.
-  broker roles: the suite CONNECTS to --endpoint (the broker's address)
-                as clients and workers.
-  worker roles: the suite BINDS --endpoint as a broker; start the worker
-                under test pointing at that address.
+  broker, catalog, channel roles: the suite CONNECTS to --endpoint (the
+                peer's address) as its clients, workers or servers.
+  worker, server roles: the suite BINDS --endpoint (as a broker or a
+                channel); start the peer under test pointing at that address.
 \b
 Examples:
   nfgate conformance --protocol nfp --role broker --endpoint tcp://127.0.0.1:5555
@@ -46,7 +46,12 @@ def _known_roles() -> str:
 
 @click.command("conformance", epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--protocol", "-p", required=True, help="Protocol of the peer under test (nfp, dcp, ...).")
-@click.option("--role", "-r", required=True, help="Role of the peer under test: broker or worker.")
+@click.option(
+    "--role",
+    "-r",
+    required=True,
+    help="Role of the peer under test: broker, worker, catalog, server or channel.",
+)
 @click.option(
     "--endpoint",
     "-e",
@@ -85,7 +90,7 @@ def _known_roles() -> str:
     "-d",
     default="auto",
     show_default=True,
-    help="spec, a deployed dialect (nfp: norfab; dcp: dagbox), or auto.",
+    help="spec, a deployed dialect (nfp: norfab; dcp: dagbox; memodb: bcdb; dbp: hermes; sada: piran), or auto.",
 )
 @click.option("--list", "list_only", is_flag=True, help="List the cases and exit without running them.")
 @click.option(
