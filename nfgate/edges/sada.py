@@ -91,6 +91,7 @@ class SadaChannelEdge(RouterEdge):
                 f"and {public!r} is not one ({exc}); set edges.{settings.protocol}.public_endpoint"
             ) from None
         self.identity = identity
+        self._rid_prefix = identity.decode("utf-8", "replace") + "/"
         self.transport = sada_router(settings.context, url, settings.limits, identity=identity)
         heartbeat = cast("tuple[int, int]", opts.get("heartbeat", (5000, 3)))
         self._interval = heartbeat[0]
@@ -282,6 +283,10 @@ class SadaChannelEdge(RouterEdge):
             return [Unregister(peer=out.worker, reason="unknown to the SADA channel")]
         self._seq += 1
         rid = request_id(self._seq, time.time_ns() // 1_000_000)
+        if p.dialect != "piran":
+            # "Channels RECOMMENDED to prepends their id in the request id generated";
+            # PIRAN servers validate the bare RQ-... form, so they get it as it is.
+            rid = f"{self._rid_prefix}{rid}"
         version, category, action = req_fields(request, p.services)
         try:
             message = Req(

@@ -137,8 +137,12 @@ def test_nfp_spec_client_served_by_sada_server(gw: Running) -> None:
     request = answer(s, b"=4")
     assert request.service == "calc" and request.version == "1.2"  # the version the server offered
     assert (request.category, request.action) == ("default", "default")  # NFP has none
-    assert request.request_id.startswith("RQ-")
-    sada.parse_piran_request_id(request.request_id)  # PIRAN servers validate ids: a valid one
+    # "Channels RECOMMENDED to prepends their id in the request id generated"; the rest is
+    # PIRAN's form (what a PIRAN server, which validates ids, gets alone).
+    channel_id, _, bare = request.request_id.rpartition("/")
+    assert channel_id == gw.gateway.edges["sada"].identity.decode()  # type: ignore[attr-defined]
+    assert bare.startswith("RQ-")
+    sada.parse_piran_request_id(bare)
     replies = []
     for _ in range(5):
         message = nfp.decode(recv(client))
