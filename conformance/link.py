@@ -15,10 +15,11 @@ import zmq
 
 from nfgate.codecs._base import Message
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, Source
+from nfgate.conformance.model import Clause
 from nfgate.conformance.registry import Session
 from nfgate.errors import TransportError
 
-__all__ = ["RouterLink"]
+__all__ = ["RouterLink", "alive_probe", "await_hello", "close_link", "detect_from_hello", "link", "open_link"]
 
 AutoReply = Callable[[Received], Message | None]
 HeartbeatFactory = Callable[["RouterLink"], Message | None]
@@ -164,3 +165,70 @@ def _name(identity: bytes) -> str:
     if identity and all(0x21 <= b < 0x7F for b in identity):
         return identity.decode("ascii")
     return "id-" + identity.hex()
+
+
+# -------------------------------------------- the plumbing every worker role shares
+
+CONNECT_WAIT_S = 20.0  # how long setup waits for the worker under test to connect
+
+SETUP_CLAUSE = Clause(
+    section="(suite) waiting for the worker",
+    text="The worker under test connects and registers.",
+    keyword="MAY",
+)
+
+
+def link(ctx: CaseContext) -> RouterLink:
+    """The run's :class:`RouterLink` (kept in the session state by :func:`open_link`)."""
+    found: RouterLink = ctx.state["link"]
+    return found
+
+
+def open_link(
+    session: Session, link_: RouterLink, hello: Callable[[CaseContext, float], list[Received]]
+) -> None:
+    """Keep ``link_`` for the run, then :func:`await_hello`."""
+    session.state["link"] = link_
+    await_hello(session, hello)
+
+
+def await_hello(
+    session: Session, hello: Callable[[CaseContext, float], list[Received]], clause: Clause = SETUP_CLAUSE
+) -> None:
+    """Wait (bounded) for the peer's first messages with ``hello``; they are kept as
+    ``hello`` (and their frames as ``hello_frames``) for the cases that grade the
+    handshake. No answer leaves ``hello`` empty and ``hello_wait`` set: every case then
+    reports the peer as absent instead of waiting again."""
+    ctx = CaseContext(session=session, clause=clause, budget_s=session.options.timeout_s + CONNECT_WAIT_S)
+    try:
+        session.state["hello"] = hello(ctx, ctx.remaining_s())
+    except NoAnswer as exc:
+        session.state["hello"] = []
+        session.state["hello_wait"] = exc.waited_s
+    finally:
+        session.state["hello_frames"] = list(ctx.frames)
+        ctx.close()
+
+
+def close_link(session: Session) -> None:
+    found = session.state.get("link")
+    if found is not None:
+        found.close()
+
+
+def detect_from_hello(session: Session) -> str:
+    """The dialect of the worker's first message ("spec" when it sent none)."""
+    hello: list[Received] = session.state.get("hello", [])
+    return session.wire.codec.detect(list(hello[0].frames)) if hello else "spec"
+
+
+def alive_probe(what: str) -> Callable[[CaseContext], None]:
+    """A probe for a worker that heartbeats on its own: alive when anything arrives."""
+
+    def probe(ctx: CaseContext) -> None:
+        lk = link(ctx)
+        if lk.worker is None:  # no worker ever connected: nothing to wait for
+            raise NoAnswer("worker connection", 0.0)
+        lk.recv(ctx, what, ctx.remaining_s())
+
+    return probe

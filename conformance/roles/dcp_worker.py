@@ -11,24 +11,13 @@ from nfgate.codecs._base import Message
 from nfgate.codecs.dcp.codec import PROTOCOL
 from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Reply, Request
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, describe
-from nfgate.conformance.link import RouterLink
-from nfgate.conformance.model import Clause
+from nfgate.conformance.link import RouterLink, alive_probe, close_link, detect_from_hello, link, open_link
 from nfgate.conformance.registry import Role, Session, register_role
 from nfgate.conformance.roles import _dcp
 from nfgate.conformance.roles._dcp import clause
 
-SETUP_CLAUSE = Clause(
-    section="(suite) waiting for the worker",
-    text="The worker under test connects and registers.",
-    keyword="MAY",
-)
 CLIENT = b"nfgate-conformance-client"
 PING_TYPES = (_dcp.type_part("spec", 0x02), _dcp.type_part("dagbox", 0x02))
-
-
-def link(ctx: CaseContext) -> RouterLink:
-    found: RouterLink = ctx.state["link"]
-    return found
 
 
 def _pong(got: Received) -> Message | None:
@@ -56,35 +45,7 @@ def await_registration(ctx: CaseContext, window_s: float) -> list[Received]:
 
 def setup(session: Session) -> None:
     session.observers.append(_dcp.observe)
-    session.state["link"] = RouterLink(session, lambda _: None, _pong)
-    ctx = CaseContext(session=session, clause=SETUP_CLAUSE, budget_s=session.options.timeout_s + 20.0)
-    try:
-        session.state["hello"] = await_registration(ctx, ctx.remaining_s())
-    except NoAnswer as exc:
-        session.state["hello"] = []
-        session.state["hello_wait"] = exc.waited_s
-    finally:
-        session.state["hello_frames"] = list(ctx.frames)
-        ctx.close()
-
-
-def teardown(session: Session) -> None:
-    found = session.state.get("link")
-    if found is not None:
-        found.close()
-
-
-def detect(session: Session) -> str:
-    hello: list[Received] = session.state.get("hello", [])
-    return session.wire.codec.detect(list(hello[0].frames)) if hello else "spec"
-
-
-def probe(ctx: CaseContext) -> None:
-    """The worker is alive when anything from it arrives (it PINGs every interval)."""
-    lk = link(ctx)
-    if lk.worker is None:  # no worker ever connected: nothing to wait for
-        raise NoAnswer("worker connection", 0.0)
-    lk.recv(ctx, "message (a PING at least)", ctx.remaining_s())
+    open_link(session, RouterLink(session, lambda _: None, _pong), await_registration)
 
 
 ROLE = register_role(
@@ -95,10 +56,10 @@ ROLE = register_role(
         summary="a DCP worker; the suite binds --endpoint as its broker and the worker connects",
         dialects=("spec", "dagbox"),
         binds=True,
-        probe=probe,
-        detect=detect,
+        probe=alive_probe("message (a PING at least: it PINGs every interval)"),
+        detect=detect_from_hello,
         setup=setup,
-        teardown=teardown,
+        teardown=close_link,
     )
 )
 case = ROLE.case

@@ -16,6 +16,7 @@ from nfgate.codecs._base import Message
 from nfgate.codecs.memodb import Disconnect, Heartbeat, Job, Ready, Result
 from nfgate.codecs.memodb.codec import canonical_order_key
 from nfgate.conformance.context import CaseContext, NoAnswer, Received
+from nfgate.conformance.link import await_hello
 from nfgate.conformance.model import Clause
 from nfgate.conformance.registry import Role, Session, register_role
 from nfgate.conformance.roles import _memodb
@@ -96,17 +97,14 @@ def setup(session: Session) -> None:
     if url.startswith("tcp://") and url.endswith(":0") and sock.listeners:
         url = f"tcp://{sock.listeners[0].local_address}"  # port 0: say which port was picked
     session.announce(f"listening on {url}: start the worker under test there")
-    ctx = CaseContext(session=session, clause=SETUP_CLAUSE, budget_s=session.options.timeout_s + 20.0)
-    try:
-        session.state["hello"] = [peer(ctx).recv("READY from a worker", ctx.remaining_s())]
-        session.state["held"] = session.state["hello"][0]
-        take(ctx)
-    except NoAnswer as exc:
-        session.state["hello"] = []
-        session.state["hello_wait"] = exc.waited_s
-    finally:
-        session.state["hello_frames"] = list(ctx.frames)
-        ctx.close()
+    await_hello(session, _hello, SETUP_CLAUSE)
+
+
+def _hello(ctx: CaseContext, window_s: float) -> list[Received]:
+    ready = peer(ctx).recv("READY from a worker", window_s)
+    ctx.state["held"] = ready
+    take(ctx)
+    return [ready]
 
 
 def teardown(session: Session) -> None:

@@ -10,24 +10,13 @@ from collections.abc import Callable
 
 from nfgate.codecs.nfp.messages import BROKER, WORKER, Delete, Get, Keepalive, Open, Post, Ready, Response
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, describe
-from nfgate.conformance.link import RouterLink
-from nfgate.conformance.model import Clause
+from nfgate.conformance.link import RouterLink, alive_probe, close_link, detect_from_hello, link, open_link
 from nfgate.conformance.registry import Role, Session, register_role
 from nfgate.conformance.roles import _nfp
 from nfgate.conformance.roles._nfp import JOB_BODY, SPEC_STATUSES, clause, new_uuid, norfab
 
-SETUP_CLAUSE = Clause(
-    section="(suite) waiting for the worker",
-    text="The worker under test connects and registers.",
-    keyword="MAY",
-)
 CLIENT_TOKEN = b"nfgate-conformance"  # the client address the suite's jobs carry (NorFab form)
 INTERIM = (201, 202, 102, 300)
-
-
-def link(ctx: CaseContext) -> RouterLink:
-    found: RouterLink = ctx.state["link"]
-    return found
 
 
 def _heartbeat(link: RouterLink) -> Keepalive | None:
@@ -62,36 +51,7 @@ def await_ready(ctx: CaseContext, window_s: float) -> list[Received]:
 
 def setup(session: Session) -> None:
     session.observers.append(_nfp.observe)
-    session.state["link"] = RouterLink(session, _heartbeat)
-    options = session.options
-    ctx = CaseContext(session=session, clause=SETUP_CLAUSE, budget_s=options.timeout_s + 20.0)
-    try:
-        session.state["hello"] = await_ready(ctx, ctx.remaining_s())
-    except NoAnswer as exc:
-        session.state["hello"] = []
-        session.state["hello_wait"] = exc.waited_s
-    finally:
-        session.state["hello_frames"] = list(ctx.frames)
-        ctx.close()
-
-
-def teardown(session: Session) -> None:
-    found = session.state.get("link")
-    if found is not None:
-        found.close()
-
-
-def detect(session: Session) -> str:
-    hello: list[Received] = session.state.get("hello", [])
-    return session.wire.codec.detect(list(hello[0].frames)) if hello else "spec"
-
-
-def probe(ctx: CaseContext) -> None:
-    """The worker is alive when anything from it arrives (KEEPALIVEs come every interval)."""
-    lk = link(ctx)
-    if lk.worker is None:  # no worker ever connected: nothing to wait for
-        raise NoAnswer("worker connection", 0.0)
-    lk.recv(ctx, "message (a KEEPALIVE at least)", ctx.remaining_s())
+    open_link(session, RouterLink(session, _heartbeat), await_ready)
 
 
 ROLE = register_role(
@@ -102,10 +62,10 @@ ROLE = register_role(
         summary="an NFP worker; the suite binds --endpoint as its broker and the worker connects",
         dialects=("spec", "norfab"),
         binds=True,
-        probe=probe,
-        detect=detect,
+        probe=alive_probe("message (a KEEPALIVE at least: they come every interval)"),
+        detect=detect_from_hello,
         setup=setup,
-        teardown=teardown,
+        teardown=close_link,
     )
 )
 case = ROLE.case

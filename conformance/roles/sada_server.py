@@ -14,6 +14,7 @@ import zmq
 from nfgate.codecs.sada import channel_identity
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, describe
+from nfgate.conformance.link import await_hello
 from nfgate.conformance.model import Clause
 from nfgate.conformance.registry import Role, Session, register_role
 from nfgate.conformance.roles import _sada
@@ -78,15 +79,7 @@ def setup(session: Session) -> None:
     session.observers.append(_remember_intr)
     session.state["channel"] = bind(session)
     session.announce(f"listening on {session.options.endpoint}: start the server under test there")
-    ctx = CaseContext(session=session, clause=SETUP_CLAUSE, budget_s=session.options.timeout_s + 20.0)
-    try:
-        session.state["hello"] = await_intr(ctx, ctx.remaining_s())
-    except NoAnswer as exc:
-        session.state["hello"] = []
-        session.state["hello_wait"] = exc.waited_s
-    finally:
-        session.state["hello_frames"] = list(ctx.frames)
-        ctx.close()
+    await_hello(session, await_intr, SETUP_CLAUSE)
 
 
 def _remember_intr(ctx: CaseContext, got: Received) -> None:
