@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from nfgate.bench.cross import BASELINE, CROSS_PATHS
 from nfgate.bench.runner import BROKERS, BenchError, Settings
 
 __all__ = ["bench"]
@@ -26,8 +27,18 @@ def _brokers(ctx: click.Context, param: click.Parameter, value: str) -> tuple[st
     return names
 
 
+def _paths(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    unknown = [n for n in names if n not in (*CROSS_PATHS, BASELINE)]
+    if unknown or not names:
+        raise click.BadParameter(f"choose from {', '.join(CROSS_PATHS)} (comma-separated), got {value!r}")
+    return names
+
+
 @click.command()
-@click.option("--scenario", type=click.Choice(["relay", "idle", "all"]), default="all", show_default=True)
+@click.option(
+    "--scenario", type=click.Choice(["relay", "cross", "idle", "all"]), default="all", show_default=True
+)
 @click.option(
     "--duration",
     type=click.FloatRange(min=0.1, max=600),
@@ -77,6 +88,13 @@ def _brokers(ctx: click.Context, param: click.Parameter, value: str) -> tuple[st
     help="Brokers to measure in this run, comma-separated.",
 )
 @click.option(
+    "--paths",
+    default=",".join(CROSS_PATHS),
+    show_default=True,
+    callback=_paths,
+    help=f"Cross-protocol paths (client-worker) for the cross scenario; {BASELINE} is always measured.",
+)
+@click.option(
     "--idle-workers",
     type=click.IntRange(0, 5000),
     default=1000,
@@ -96,10 +114,12 @@ def bench(
     window: int,
     size: int,
     brokers: tuple[str, ...],
+    paths: tuple[str, ...],
     idle_workers: int,
     out: Path | None,
 ) -> None:
-    """Benchmark the gateway against a raw pyzmq relay and the NorFab broker.
+    """Benchmark the gateway against a raw pyzmq relay and the NorFab broker, and its
+    cross-protocol paths against its own NFP relay.
 
     Brokers, workers and clients run as separate processes on 127.0.0.1; every child
     is killed on exit. Progress goes to stderr, results to stdout (one JSON object per
@@ -109,7 +129,7 @@ def bench(
         importlib.import_module("psutil")  # the load processes measure the broker with it
     except ImportError:
         raise click.ClickException("bench needs psutil: pip install 'nfgate[bench]'") from None
-    from nfgate.bench import runner
+    from nfgate.bench import cross, runner
 
     settings = Settings(
         duration=duration,
@@ -130,6 +150,8 @@ def bench(
     try:
         if scenario in ("relay", "all"):
             objects += runner.relay(settings, brokers, progress)
+        if scenario in ("cross", "all"):
+            objects += cross.cross(settings, paths, progress)
         if scenario in ("idle", "all"):
             objects.append(runner.idle(settings, progress))
     except BenchError as exc:

@@ -16,6 +16,10 @@ Dialects:
   and answers RESPONSE 200 with ``{"<worker>": <body>}`` (a NorFab ``{name: Result}``
   shape), which both the NorFab broker and nfgate relay; done at that 200.
 - ``dcp``: DCP spec dialect; the key is the one metadata part, echoed by the broker.
+- ``sada``: a SADA peer sending REQ to a channel (client side only); the key is the
+  request id, which the REP carries back; the status must be 200.
+
+MemoDB clients are NNG req0 sockets, not DEALERs: :mod:`nfgate.bench.nng_load`.
 """
 
 from __future__ import annotations
@@ -27,8 +31,11 @@ from nfgate.codecs.dcp.messages import Ping, Registration
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp import codec as nfp_wire
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Keepalive, Open, Post, Ready, Response
+from nfgate.codecs.sada import codec as sada_wire
+from nfgate.codecs.sada.messages import Req as SadaReq
 
 __all__ = [
+    "CLIENT_ONLY",
     "DIALECTS",
     "FINAL",
     "INTERIM",
@@ -40,7 +47,8 @@ __all__ = [
 ]
 
 SERVICE = "echo"
-DIALECTS = ("raw", "nfp", "norfab", "dcp")
+DIALECTS = ("raw", "nfp", "norfab", "dcp", "sada")
+CLIENT_ONLY = frozenset({"sada"})  # no bench worker speaks these
 
 # What a client-side parse says about one received message.
 IGNORE = 0  # not about a request (OPEN reply, PONG ...)
@@ -91,6 +99,13 @@ def _parse_dcp(frames: list[bytes]) -> Parsed:
     return IGNORE, b"", False, b""
 
 
+def _parse_sada(frames: list[bytes]) -> Parsed:
+    # REP: "", SADA1, REP, request id, status (ASCII decimal, spec dialect), payload
+    if len(frames) == 6 and frames[2] == b"REP":
+        return FINAL, frames[3], frames[4] == b"200", frames[5]
+    return IGNORE, b"", False, b""
+
+
 class Dialect:
     """Frames and parsers of one dialect (see the module docstring).
 
@@ -137,6 +152,14 @@ class Dialect:
             else:
                 self.heartbeat_always = True
                 self.wrap_reply = True
+        elif name == "sada":
+            req = sada_wire.encode(
+                SadaReq(request_id="k", service=SERVICE, category="bench", action="echo"), "spec"
+            )
+            self._sada_head = req[:3]  # "", SADA1, REQ
+            self._sada_tail = req[4:8]  # service, version (any), category, action
+            self.parse = _parse_sada
+            self.worker_ready = []  # never used: CLIENT_ONLY
         else:
             req = dcp_wire.encode(
                 DcpRequest(service=svc, client=None, metadata=(b"k",), data=(b"b",)), "spec"
@@ -150,6 +173,8 @@ class Dialect:
     def request(self, key: bytes, body: bytes) -> list[bytes]:
         if self.name == "dcp":
             return [*self._prefix, key, b"", body]
+        if self.name == "sada":
+            return [*self._sada_head, key, *self._sada_tail, body]
         return [*self._prefix, key, body]
 
     def expected(self, body: bytes) -> bytes:

@@ -30,9 +30,9 @@ from typing import Any
 
 import zmq
 
-from nfgate.bench.dialects import FINAL, INTERIM, Dialect, make_body, make_key
+from nfgate.bench.dialects import CLIENT_ONLY, FINAL, INTERIM, Dialect, make_body, make_key
 
-__all__ = ["main", "run_clients", "run_workers"]
+__all__ = ["figures", "main", "run_clients", "run_workers"]
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _MORE = int(zmq.SNDMORE)
@@ -306,9 +306,25 @@ def _drive(
                 if sending:
                     fire(i)
     counts["sent"] = sum(seq)
+    unanswered = sum(len(o) for o in outstanding)
+    return figures(measured, window_end - window_start, latencies, cpu1 - cpu0, rss, proc, counts, unanswered)
+
+
+def figures(
+    measured: int,
+    elapsed: float,
+    latencies: list[int],
+    cpu: float,
+    rss: int,
+    proc: Any,
+    counts: dict[str, int],
+    unanswered: int,
+) -> dict[str, Any]:
+    """The JSON figures of one client run (shared with :mod:`nfgate.bench.nng_load`):
+    ``latencies`` in ns (sorted here), ``cpu`` the broker's CPU seconds over the window
+    (meaningless when ``proc`` is None)."""
     latencies.sort()
-    elapsed = max(1e-9, window_end - window_start)
-    cpu = cpu1 - cpu0
+    elapsed = max(1e-9, elapsed)
     return {
         "requests": measured,
         "seconds": round(elapsed, 3),
@@ -319,7 +335,7 @@ def _drive(
         "cpu_us_per_req": round(cpu / measured * 1e6, 1) if proc is not None and measured else None,
         "broker_rss_bytes": rss if proc is not None else None,
         **counts,
-        "unanswered": sum(len(o) for o in outstanding),
+        "unanswered": unanswered,
     }
 
 
@@ -344,14 +360,31 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--size", type=int, default=100)
     c.add_argument("--broker-pid", type=int, default=0)
     args = parser.parse_args(argv)
-    dialect = Dialect(args.dialect)
     try:
+        if args.role == "clients" and args.dialect == "memodb":
+            # MemoDB clients are NNG req0 sockets, not DEALERs: a loop of their own.
+            from nfgate.bench import nng_load
+
+            result = nng_load.run_clients(
+                args.endpoint,
+                clients=args.clients,
+                window=args.window,
+                warmup=args.warmup,
+                duration=args.duration,
+                size=args.size,
+                broker_pid=args.broker_pid,
+            )
+            print(json.dumps(result), flush=True)
+            return 0
+        dialect = Dialect(args.dialect)
         if args.role == "workers":
+            if args.dialect in CLIENT_ONLY:
+                raise ValueError(f"no bench worker speaks {args.dialect}")
             run_workers(
                 dialect, args.endpoint, args.count, confirm=args.confirm, max_seconds=args.max_seconds
             )
         else:
-            figures = run_clients(
+            result = run_clients(
                 dialect,
                 args.endpoint,
                 clients=args.clients,
@@ -361,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
                 size=args.size,
                 broker_pid=args.broker_pid,
             )
-            print(json.dumps(figures), flush=True)
-    except (RuntimeError, ImportError) as exc:
+            print(json.dumps(result), flush=True)
+    except (RuntimeError, ImportError, ValueError) as exc:
         print(f"bench load: {exc}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
