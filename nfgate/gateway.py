@@ -211,7 +211,12 @@ class Gateway:
                 self.feed(edge.tick(now), now)
 
     def _flush(self, now: int) -> None:
-        for edge in self.edges.values():
+        # Two phases: every edge's queued sends, then commits. An NFP job dispatched to a
+        # DCP worker then starts while the NFP edge fsyncs its record, not after.
+        edges = self.edges.values()
+        for edge in edges:
+            edge.flush_sends(now)
+        for edge in edges:
             edge.flush(now)
 
     def _wait(self, now: int, cap: int) -> int:

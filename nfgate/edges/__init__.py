@@ -145,8 +145,14 @@ class Edge(abc.ABC):
         """Carry out one core output addressed to a peer of this edge. May return
         commands for the core (e.g. a send that failed because the peer is gone)."""
 
+    def flush_sends(self, now_ms: int) -> None:  # noqa: B027 - optional hook
+        """End of one loop iteration, first phase: send what was queued for the batch.
+        Every edge's sends go out before any edge's :meth:`flush`, so a worker of one
+        protocol starts on a request while another edge commits its job records."""
+
     def flush(self, now_ms: int) -> None:  # noqa: B027 - optional hook
-        """End of one loop iteration: send what was held for a batch (group commit)."""
+        """End of one loop iteration, second phase: commit (NFP's group commit of job
+        records) and send what waited for the commit (NFP's 202s)."""
 
     def tick(self, now_ms: int) -> list[Command]:
         """Edge timers (heartbeats to send); returns commands for the core."""

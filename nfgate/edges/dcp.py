@@ -255,7 +255,7 @@ class DcpEdge(RouterEdge):
 
     # ---------------------------------------------------------------- batching
 
-    def flush(self, now_ms: int) -> None:
+    def flush_sends(self, now_ms: int) -> None:
         # A dispatch to a worker that is gone: forget it, and tell the core at the next
         # tick (one loop iteration later), which dispatches the request again.
         for address in self.send_queued():

@@ -327,7 +327,7 @@ class NfpEdge(RouterEdge):
             return 0  # the first tick sets the schedule
         return self._next_keepalive
 
-    def flush(self, now_ms: int) -> None:
+    def flush_sends(self, now_ms: int) -> None:
         # Dispatches first (the workers start while the job records are committed); a
         # worker that is gone is forgotten and the core told at the next tick, one loop
         # iteration later, which dispatches the request again.
@@ -336,6 +336,9 @@ class NfpEdge(RouterEdge):
             if p is not None:
                 self._forget_worker(address, p)
                 self._late.append(Unregister(peer=self.peer(address), reason="socket gone"))
+
+    def flush(self, now_ms: int) -> None:
+        self.flush_sends(now_ms)  # anything queued since (nothing, from the gateway's loop)
         self.jobs.flush()
 
     def recover(self, now_ms: int) -> list[Command]:
