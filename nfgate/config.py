@@ -9,6 +9,8 @@ The file (every table and key optional)::
     [gateway]
     data_dir = "/var/lib/nfgate"     # job store; default: $XDG_DATA_HOME/nfgate
     log_level = "info"
+    fsync = true                     # a 202 waits for its job record's fsync (false: the
+                                     # record survives a gateway crash, not a machine crash)
 
     [routing]
     queue_expiry_ms = 300000         # a request with no worker waits this long, then 408
@@ -82,6 +84,7 @@ class EdgeConfig:
 class ServeConfig:
     data_dir: Path
     log_level: str = "info"
+    fsync: bool = True  # job records fsynced before their 202 (false: written to the OS only)
     routing: RouterConfig
     limits: Limits
     edges: tuple[EdgeConfig, ...]
@@ -177,7 +180,10 @@ def load(
     for key in doc:
         if key not in ("gateway", "routing", "limits", "edges", "metrics"):
             raise ConfigError(f"config: unknown key {key}")
-    gateway = _table(doc, "gateway", {"data_dir", "log_level"})
+    gateway = _table(doc, "gateway", {"data_dir", "log_level", "fsync"})
+    fsync = gateway.get("fsync", True)
+    if not isinstance(fsync, bool):
+        raise ConfigError("config: gateway.fsync must be true or false")
     routing = _table(doc, "routing", _ROUTING_KEYS)
     limits = _table(doc, "limits", _LIMIT_KEYS)
     edges = _table(doc, "edges", set(DEFAULT_BINDS))
@@ -226,6 +232,7 @@ def load(
     return ServeConfig(
         data_dir=data_dir or configured or default_data_dir(),
         log_level=level,
+        fsync=fsync,
         routing=router,
         limits=limit,
         edges=tuple(kinds),

@@ -16,6 +16,10 @@ job is still recorded as dispatched and is dispatched again after the restart, a
 in-flight job would be. The next durable commit makes it durable too (the WAL is one
 sequential file).
 
+``JobStore(path, fsync=False)`` (``[gateway] fsync = false``) makes every commit a
+NORMAL one: an acknowledged job then survives a crash or ``kill -9`` of the gateway
+(the WAL write reached the OS before the 202 left) but not a crash of the machine.
+
 The store never reads a clock: callers pass ``now_ms``.
 """
 
@@ -106,8 +110,9 @@ class JobStore:
     Raises :class:`ConfigError` if the database cannot be opened (bad ``--data-dir``).
     """
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, fsync: bool = True) -> None:
         self.path = Path(path)
+        self.fsync = fsync
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # check_same_thread off: the store is used by one thread at a time, but that
@@ -115,12 +120,13 @@ class JobStore:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
             # FULL: a commit is on disk before we acknowledge the job to the client.
-            self._db.execute("PRAGMA synchronous=FULL")
+            # NORMAL (fsync=False): written to the OS, which survives the process.
+            self._db.execute("PRAGMA synchronous=FULL" if fsync else "PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(f"cannot open the job store {self.path}: {exc}") from None
-        self._durable = True  # the synchronous level set on the connection is FULL
+        self._durable = fsync  # True: the synchronous level set on the connection is FULL
 
     def close(self) -> None:
         self.commit()
@@ -136,6 +142,7 @@ class JobStore:
         fsync) and opens a durable one, since SQLite fixes the level per transaction.
         """
         db = self._db
+        durable = durable and self.fsync
         if db.in_transaction:
             if not durable or self._durable:
                 return
@@ -151,7 +158,7 @@ class JobStore:
         begun with ``durable=False``. Writes outside a transaction are durable again after."""
         if self._db.in_transaction:
             self._db.execute("COMMIT")
-        if not self._durable:
+        if self.fsync and not self._durable:
             self._db.execute("PRAGMA synchronous=FULL")
             self._durable = True
 

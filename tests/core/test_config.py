@@ -76,3 +76,10 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
         load(write(tmp_path, "[oops\n"))
     with pytest.raises(ConfigError, match="unknown edge"):
         load(None, binds=[("mqtt", "tcp://127.0.0.1:1")])
+
+
+def test_fsync_is_on_unless_switched_off(tmp_path: Path) -> None:
+    assert load(None, data_dir=tmp_path).fsync is True
+    assert load(write(tmp_path, "[gateway]\nfsync = false\n")).fsync is False
+    with pytest.raises(ConfigError, match=r"gateway\.fsync"):
+        load(write(tmp_path, "[gateway]\nfsync = 'no'\n"))

@@ -65,7 +65,8 @@ def test_bad_data_dir_is_a_config_error(tmp_path: Path) -> None:
         JobStore(blocker / "jobs.sqlite")
 
 
-def test_acknowledged_job_survives_kill_9(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fsync", [True, False])
+def test_acknowledged_job_survives_kill_9(tmp_path: Path, fsync: bool) -> None:
     db = tmp_path / "jobs.sqlite"
     # The child stores a job, says "acked" (what the gateway does before sending 202),
     # then dies by SIGKILL with no chance to flush or close anything.
@@ -73,7 +74,7 @@ def test_acknowledged_job_survives_kill_9(tmp_path: Path) -> None:
         f"""
         import os, signal, sys
         from nfgate.store import JobRecord, JobStore
-        store = JobStore({str(db)!r})
+        store = JobStore({str(db)!r}, fsync={fsync!r})
         store.add(JobRecord(uuid="u-kill", service="echo", target="all", edge="nfp",
                             protocol="nfp", client=b"c1", body=[b"payload"], created_ms=5))
         store.add_result("u-kill", "w1", 200, [b"partial"], now_ms=6)
