@@ -67,7 +67,9 @@ class Status(enum.IntEnum):
     GATEWAY_TIMEOUT = 504  # SADA: the worker timed out
 
 
-@attrs.frozen(kw_only=True)
+# cache_hash: a peer is a dict key in the core (workers, queues, liveness) and is hashed
+# about a dozen times per relayed request; it never changes once built.
+@attrs.frozen(kw_only=True, cache_hash=True)
 class Peer:
     """Where a command came from or goes to.
 
