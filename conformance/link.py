@@ -19,14 +19,75 @@ from nfgate.conformance.model import Clause
 from nfgate.conformance.registry import Session
 from nfgate.errors import TransportError
 
-__all__ = ["RouterLink", "alive_probe", "await_hello", "close_link", "detect_from_hello", "link", "open_link"]
+__all__ = [
+    "RouterLink",
+    "Watched",
+    "alive_probe",
+    "await_hello",
+    "close_link",
+    "detect_from_hello",
+    "link",
+    "open_link",
+]
 
 AutoReply = Callable[[Received], Message | None]
 HeartbeatFactory = Callable[["RouterLink"], Message | None]
 
 
-class RouterLink:
+class Watched:
+    """``recv``/``collect``/``drain`` for a socket the suite reads through
+    :meth:`CaseContext.watch`; the class provides ``read(ctx)``, and ``waiting_for``
+    names it in a NoAnswer ("from the worker")."""
+
+    waiting_for = "from the peer"
+
+    def read(self, ctx: CaseContext) -> Received | None:
+        raise NotImplementedError
+
+    def recv(
+        self, ctx: CaseContext, what: str, timeout_s: float | None = None, skip: tuple[str, ...] = ()
+    ) -> Received:
+        """The next message whose type is not in ``skip``; raises :class:`NoAnswer`."""
+        limit = ctx.wait_s(timeout_s)
+        found: list[Received] = []
+
+        def take(_: Source, got: Received) -> bool:
+            if got.type in skip:
+                return False
+            found.append(got)
+            return True
+
+        if ctx.watch([self], take, limit):  # type: ignore[list-item]
+            return found[0]
+        raise NoAnswer(f"{what} {self.waiting_for}", limit)
+
+    def collect(self, ctx: CaseContext, window_s: float, skip: tuple[str, ...] = ()) -> list[Received]:
+        """Every message within ``window_s`` (clamped), minus ``skip``."""
+        out: list[Received] = []
+
+        def keep(_: Source, got: Received) -> bool:
+            if got.type not in skip:
+                out.append(got)
+            return False
+
+        ctx.watch([self], keep, window_s)  # type: ignore[list-item]
+        return out
+
+    def drain(self, ctx: CaseContext) -> list[Received]:
+        """What queued up between cases (heartbeats mostly), read without waiting."""
+        out: list[Received] = []
+        for _ in range(10_000):
+            got = self.read(ctx)
+            if got is None:
+                break
+            out.append(got)
+        return out
+
+
+class RouterLink(Watched):
     """A bound ROUTER; raises :class:`TransportError` when ``--endpoint`` cannot be bound."""
+
+    waiting_for = "from the worker"
 
     def __init__(self, session: Session, heartbeat: HeartbeatFactory, auto: AutoReply | None = None) -> None:
         self.session = session
@@ -116,46 +177,6 @@ class RouterLink:
             return False
         ctx.record("sent", f"to worker {_name(target)}", frames, text)
         return True
-
-    def recv(
-        self, ctx: CaseContext, what: str, timeout_s: float | None = None, skip: tuple[str, ...] = ()
-    ) -> Received:
-        """The next message from a worker whose type is not in ``skip``; raises
-        :class:`NoAnswer`."""
-        limit = ctx.wait_s(timeout_s)
-        found: list[Received] = []
-
-        def take(_: Source, got: Received) -> bool:
-            if got.type in skip:
-                return False
-            found.append(got)
-            return True
-
-        if ctx.watch([self], take, limit):
-            return found[0]
-        raise NoAnswer(f"{what} from the worker", limit)
-
-    def collect(self, ctx: CaseContext, window_s: float, skip: tuple[str, ...] = ()) -> list[Received]:
-        """Every message from a worker within ``window_s`` (clamped), minus ``skip``."""
-        out: list[Received] = []
-
-        def keep(_: Source, got: Received) -> bool:
-            if got.type not in skip:
-                out.append(got)
-            return False
-
-        ctx.watch([self], keep, window_s)
-        return out
-
-    def drain(self, ctx: CaseContext) -> list[Received]:
-        """What queued up between cases (heartbeats mostly), read without waiting."""
-        out: list[Received] = []
-        for _ in range(10_000):
-            got = self.read(ctx)
-            if got is None:
-                break
-            out.append(got)
-        return out
 
     def close(self) -> None:
         self.sock.close(0)

@@ -17,6 +17,7 @@ from nfgate.codecs._base import Message
 from nfgate.codecs.sada import channel_identity
 from nfgate.codecs.sada.messages import PROTO_ASCII, PROTO_BYTE, Ping, Pong
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, Source
+from nfgate.conformance.link import Watched
 from nfgate.conformance.model import Clause
 
 __all__ = [
@@ -61,7 +62,7 @@ def other_proto(ctx: CaseContext) -> bytes:
     return PROTO_BYTE if proto(ctx) == PROTO_ASCII else PROTO_ASCII
 
 
-class RouterPeer:
+class RouterPeer(Watched):
     """A suite ROUTER: ``bind`` with an identity (the suite as channel) or connect
     without one (the suite as server). PINGs are answered PONG when ``pong``; a
     :class:`Source` for :meth:`CaseContext.watch`."""
@@ -82,6 +83,7 @@ class RouterPeer:
             sock.setsockopt(zmq.ROUTING_ID, identity)
         self.sock = sock
         self.label = label
+        self.waiting_for = f"on the {label} socket"
         self.pong = pong
         self.peer: bytes | None = None  # whom the suite talks to
         self.pings = 0
@@ -163,43 +165,6 @@ class RouterPeer:
                 break
             time.sleep(TRY_S)
         raise NoAnswer(f"route to the peer (tried {', '.join(_name(c) for c in candidates)})", window_s)
-
-    def recv(
-        self, ctx: CaseContext, what: str, timeout_s: float | None = None, skip: tuple[str, ...] = ()
-    ) -> Received:
-        """The next message whose type is not in ``skip``; raises :class:`NoAnswer`."""
-        limit = ctx.wait_s(timeout_s)
-        found: list[Received] = []
-
-        def take(_: Source, got: Received) -> bool:
-            if got.type in skip:
-                return False
-            found.append(got)
-            return True
-
-        if ctx.watch([self], take, limit):
-            return found[0]
-        raise NoAnswer(f"{what} on the {self.label} socket", limit)
-
-    def collect(self, ctx: CaseContext, window_s: float, skip: tuple[str, ...] = ()) -> list[Received]:
-        out: list[Received] = []
-
-        def keep(_: Source, got: Received) -> bool:
-            if got.type not in skip:
-                out.append(got)
-            return False
-
-        ctx.watch([self], keep, window_s)
-        return out
-
-    def drain(self, ctx: CaseContext) -> list[Received]:
-        out: list[Received] = []
-        for _ in range(10_000):
-            got = self.read(ctx)
-            if got is None:
-                break
-            out.append(got)
-        return out
 
     def close(self) -> None:
         self.sock.close(0)
