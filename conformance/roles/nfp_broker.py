@@ -199,10 +199,15 @@ def gather(ctx: CaseContext, workers: list[SuiteWorker], window_s: float, enough
     ),
 )
 def client_open(ctx: CaseContext) -> None:
-    client = ctx.dealer("client", identity=ctx.unique("nfgate-c").encode())
+    open_is_answered(ctx, "client", CLIENT)
+
+
+def open_is_answered(ctx: CaseContext, role: str, header: bytes) -> None:
+    """A fresh ``role`` peer sends OPEN with ``header``; the broker must answer OPEN."""
+    peer = ctx.dealer(role, identity=ctx.unique(f"nfgate-{role[0]}").encode())
     ctx.expect("OPEN with header NFPB01")
-    client.send(Open(header=CLIENT))
-    got = client.recv("OPEN", skip=KA)
+    peer.send(Open(header=header))
+    got = peer.recv("OPEN", skip=KA)
     ctx.saw(got.text)
     ctx.check(
         isinstance(got.message, Open) and got.message.header == BROKER,

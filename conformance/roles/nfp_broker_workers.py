@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 
-from nfgate.codecs.nfp.messages import BROKER, WORKER, Disconnect, Keepalive, Open, Post, Ready, Response
+from nfgate.codecs.nfp.messages import WORKER, Disconnect, Keepalive, Post, Ready, Response
 from nfgate.conformance.context import CaseContext, Dealer, Received, Source, describe
 from nfgate.conformance.roles import _nfp
 from nfgate.conformance.roles._nfp import (
@@ -19,7 +19,7 @@ from nfgate.conformance.roles._nfp import (
     open_client,
     settle,
 )
-from nfgate.conformance.roles.nfp_broker import KA, ROLE, dispatched, job_reaches
+from nfgate.conformance.roles.nfp_broker import KA, ROLE, dispatched, job_reaches, open_is_answered
 
 case = ROLE.case
 
@@ -37,15 +37,7 @@ case = ROLE.case
     ),
 )
 def worker_open(ctx: CaseContext) -> None:
-    worker = ctx.dealer("worker", identity=ctx.unique("nfgate-w").encode())
-    ctx.expect("OPEN with header NFPB01")
-    worker.send(Open(header=WORKER))
-    got = worker.recv("OPEN", skip=KA)
-    ctx.saw(got.text)
-    ctx.check(
-        isinstance(got.message, Open) and got.message.header == BROKER,
-        "the broker did not answer OPEN with OPEN",
-    )
+    open_is_answered(ctx, "worker", WORKER)
 
 
 @case(
