@@ -19,6 +19,7 @@ import attrs
 from attrs import validators as v
 
 from nfgate.frames import check_bytes_tuple
+from nfgate.tables import StateEnum
 
 __all__ = [
     "Action",
@@ -98,7 +99,7 @@ class ServiceRef:
         )
 
 
-class TargetKind(enum.Enum):
+class TargetKind(StateEnum):
     ANY = "any"  # the next free worker
     ALL = "all"  # every worker of the service; one reply per worker
     NAMED = "named"  # only the workers named (NFP unicast)

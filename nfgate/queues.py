@@ -21,12 +21,12 @@ Every part ends in exactly one terminal state, and the core emits exactly one te
 
 from __future__ import annotations
 
-import enum
 from collections import OrderedDict, deque
 from typing import Final, TypeVar
 
 from nfgate.errors import StateError
 from nfgate.model import Peer, Register, Request, ServiceRef
+from nfgate.tables import StateEnum
 
 __all__ = [
     "TERMINAL",
@@ -61,7 +61,7 @@ def with_field(inst: T, name: str, value: object) -> T:
     return new
 
 
-class PartState(enum.Enum):
+class PartState(StateEnum):
     QUEUED = "queued"  # waiting for a worker (service queue, worker backlog or named wait)
     IN_FLIGHT = "in_flight"  # a worker holds it
     DONE = "done"  # the worker replied (terminal)
@@ -70,7 +70,7 @@ class PartState(enum.Enum):
     SPLIT = "split"  # an ALL placeholder replaced by bound parts (terminal, no Deliver)
 
 
-class Event(enum.Enum):
+class Event(StateEnum):
     DISPATCH = "dispatch"  # given to a worker
     PROGRESS = "progress"  # the worker sent a 1xx reply: relayed, the part stays in flight
     REPLY = "reply"  # the worker sent its final reply

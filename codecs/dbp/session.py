@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import enum
 import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
+
+from nfgate.tables import StateEnum
 
 __all__ = [
     "BEATS",
@@ -46,12 +47,12 @@ __all__ = [
 # ----------------------------------------------------------------- peer commands
 
 
-class PeerState(enum.Enum):
+class PeerState(StateEnum):
     PEER = "peer"  # a client, or a service that has not registered (yet, or any more)
     SERVICE = "service"  # registered: APPROVED and not disconnected since
 
 
-class Action(enum.Enum):
+class Action(StateEnum):
     INFO = "info"  # answer the info request from the catalog (REPLY)
     REGISTER = "register"  # validate; APPROVED (and register) or DENIED with reasons
     UPDATE = "update"  # validate and merge; APPROVED (hermes: ACK) or DENIED
@@ -98,12 +99,12 @@ def step(state: PeerState, message_type: str) -> tuple[PeerState, Action]:
 # -------------------------------------------------------------------- heartbeats
 
 
-class Mode(enum.Enum):
+class Mode(StateEnum):
     UDP = "udp"  # beats are datagrams, both ways
     ZMQ = "zmq"  # beats are HEARTBEAT commands on the service's ZeroMQ connection
 
 
-class Beat(enum.Enum):
+class Beat(StateEnum):
     UDP = "udp"  # a heartbeat datagram naming the service
     ZMQ = "zmq"  # a HEARTBEAT command from the service
     OTHER = "other"  # any other command from the service
@@ -111,7 +112,7 @@ class Beat(enum.Enum):
     EXPIRED = "expired"  # nothing heard for ``liveness`` intervals
 
 
-class BeatAction(enum.Enum):
+class BeatAction(StateEnum):
     TOUCH = "touch"  # the service is alive
     SWITCH = "switch"  # the broker moves this service to ZeroMQ heartbeats
     NONE = "none"

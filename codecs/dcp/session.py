@@ -8,18 +8,19 @@ maps ``(state, message type)`` to the next state and the action the broker takes
 
 from __future__ import annotations
 
-import enum
 from typing import Final
+
+from nfgate.tables import StateEnum
 
 __all__ = ["Action", "PeerState", "TRANSITIONS", "step"]
 
 
-class PeerState(enum.Enum):
+class PeerState(StateEnum):
     CLIENT = "client"
     WORKER = "worker"
 
 
-class Action(enum.Enum):
+class Action(StateEnum):
     REGISTER = "register"  # echo the REGISTRATION to confirm it, register the service
     HEARTBEAT = "heartbeat"  # answer PONG; a busy worker asks for more work this way
     RECONNECT = "reconnect"  # "heartbeat ... from a worker that is not registered": RECONNECT

@@ -19,8 +19,9 @@ true) and three broker-side events: ``job`` (the core gives the worker a job), `
 
 from __future__ import annotations
 
-import enum
 from typing import Final
+
+from nfgate.tables import StateEnum
 
 from .._base import Message
 from .codec import _check_bcdb
@@ -29,14 +30,14 @@ from .messages import Result
 __all__ = ["Action", "WorkerState", "TRANSITIONS", "dialect_of", "input_of", "step"]
 
 
-class WorkerState(enum.Enum):
+class WorkerState(StateEnum):
     NONE = "none"
     IDLE = "idle"
     AWAY = "away"
     BUSY = "busy"
 
 
-class Action(enum.Enum):
+class Action(StateEnum):
     REGISTER = "register"  # READY: assign an ID, register the services, hold the request
     SUBMIT = "submit"  # a client's JOB for the core; its RESULT goes on the same context
     HOLD = "hold"  # hold the worker's request until a job or the heartbeat interval

@@ -9,10 +9,11 @@ client commands may still become a worker (docs/protocols/norfab-wire.md section
 
 from __future__ import annotations
 
-import enum
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
+
+from nfgate.tables import StateEnum
 
 from .messages import CLIENT, WORKER
 
@@ -30,14 +31,14 @@ __all__ = [
 ]
 
 
-class PeerState(enum.Enum):
+class PeerState(StateEnum):
     NEW = "new"  # nothing heard yet, or a worker that disconnected
     CLIENT = "client"
     OPENED = "opened"  # a spec worker sent OPEN; READY comes next
     WORKER = "worker"
 
 
-class Action(enum.Enum):
+class Action(StateEnum):
     OPEN = "open"  # answer OPEN with OPEN
     JOB = "job"  # POST: accept, store, 202, route
     FETCH = "fetch"  # GET: stored results (200), pending (300) or unknown (400)

@@ -16,10 +16,10 @@ Two tables, one per role nfgate plays (design.md "SADA"):
 
 from __future__ import annotations
 
-import enum
 from typing import Final
 
 from nfgate.errors import DecodeError
+from nfgate.tables import StateEnum
 
 from .codec import identity_endpoint, new_request_id, parse_piran_request_id
 from .messages import PROTO_ASCII
@@ -37,18 +37,18 @@ __all__ = [
 ]
 
 
-class ChannelState(enum.Enum):
+class ChannelState(StateEnum):
     NEW = "new"  # connected, or forgotten (evicted, gateway restarted)
     SERVER = "server"  # introduced itself: a worker of the routing core
     CLIENT = "client"  # sent REQ: gets REP
 
 
-class ServerState(enum.Enum):
+class ServerState(StateEnum):
     NEW = "new"  # INTR not delivered yet (not connected, or the channel is unknown)
     INTRODUCED = "introduced"
 
 
-class Action(enum.Enum):
+class Action(StateEnum):
     REGISTER = "register"  # INTR: (re)register the server's services
     REQUEST = "request"  # REQ: route it through the core, answer REP
     REPLY = "reply"  # REP from a server: the answer to a REQ it holds
