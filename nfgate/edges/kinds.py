@@ -91,7 +91,14 @@ KINDS: dict[str, EdgeKind] = {
             binds=("tcp://127.0.0.1:5555",),
             heartbeat=(2500, 6),  # NorFab's keepalive interval and multiplier
             factory="nfgate.edges.nfp:make",
-            options={"inventory": (path_option, None), "files_root": (path_option, None), **CURVE_OPTIONS},
+            options={
+                "inventory": (path_option, None),
+                "files_root": (path_option, None),
+                # Jobs a NorFab-dialect worker is given at once: NorFab 0.25 workers run
+                # max_concurrent_jobs (default 5) in a thread pool and queue the rest.
+                "norfab_worker_capacity": (int_option(1), 5),
+                **CURVE_OPTIONS,
+            },
             summary="NFP broker (spec and NorFab 0.25 dialects)",
         ),
         EdgeKind(

@@ -89,6 +89,12 @@ class NfpEdge(RouterEdge):
         self._interval = heartbeat[0]
         self._next_keepalive: int | None = None
         self._late: list[Command] = []  # Unregisters found by flush(), for the next tick
+        # A spec worker takes one job at a time (specs/nfp.md: "Workers will handle at
+        # most one request a time"); NorFab's broker sends a worker every job at once and
+        # the worker runs max_concurrent_jobs of them (5 by default) in a thread pool, so
+        # a NorFab worker is given that many (``norfab_worker_capacity``).
+        capacity = settings.options.get("norfab_worker_capacity", 5)
+        self._norfab_capacity = capacity if isinstance(capacity, int) else 5
 
     # ------------------------------------------------------------------ helpers
 
@@ -164,7 +170,10 @@ class NfpEdge(RouterEdge):
                 self._workers[address] = p
                 out.append(
                     Register(
-                        peer=peer, services=(ServiceRef(name=message.service),), name=peer_label(address)
+                        peer=peer,
+                        services=(ServiceRef(name=message.service),),
+                        capacity=self._norfab_capacity if dialect == "norfab" else 1,
+                        name=peer_label(address),
                     )
                 )
             case Action.HEARTBEAT, _:

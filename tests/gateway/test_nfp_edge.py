@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid as uuidlib
+from pathlib import Path
 
 import pytest
 import zmq
@@ -26,7 +27,7 @@ from nfgate.codecs.nfp.messages import (
     Response,
 )
 
-from .conftest import Running, recv, until
+from .conftest import Running, finish, recv, start_gateway, until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -169,7 +170,6 @@ def test_norfab_worker_flow_201_event_get_200(gw: Running) -> None:
 
 
 def test_worker_death_redispatches_to_another_worker(tmp_path: object) -> None:
-    from .conftest import finish, start_gateway
 
     toml = "[edges.nfp]\nheartbeat_ms = 100\nliveness = 3\n"
     gw = start_gateway(tmp_path, toml)  # type: ignore[arg-type]
@@ -284,8 +284,6 @@ def test_mmi_disconnect_without_name_disconnects_every_worker(gw: Running) -> No
 def test_sid_and_fss_answer_from_the_configured_inventory_and_root(tmp_path: object) -> None:
     from pathlib import Path
 
-    from .conftest import finish, start_gateway
-
     root = Path(str(tmp_path))
     (root / "files").mkdir()
     (root / "files" / "hello.txt").write_text("hi there")
@@ -301,5 +299,28 @@ def test_sid_and_fss_answer_from_the_configured_inventory_and_root(tmp_path: obj
         assert status == 200 and "hello.txt" in listing, listing  # type: ignore[operator]
         status, _ = mmi_call(client, "fss.service.broker", "list_files", url="nf://../")
         assert status == 400
+    finally:
+        finish(running)
+
+
+def test_norfab_worker_is_given_several_jobs_at_once_spec_worker_one(tmp_path: Path) -> None:
+    """NorFab workers run several jobs at once (max_concurrent_jobs); a spec worker
+    "will handle at most one request a time"."""
+    running = start_gateway(tmp_path, "[edges.nfp]\nnorfab_worker_capacity = 2\n")
+    try:
+        nf = norfab_worker(running, "many", b"nfw")
+        spec = spec_worker(running, "one", b"spw")
+        client = running.dealer("nfp", b"c1")
+        jobs = [post(client, "many", b"{}") for _ in range(3)] + [post(client, "one", b"x") for _ in range(2)]
+        given_nf = [get(nf, "norfab") for _ in range(2)]
+        assert {m.uuid for m in given_nf} == set(jobs[:2])  # type: ignore[attr-defined]
+        assert quiet(nf)  # the third waits for a free slot
+        first = get(spec)
+        assert isinstance(first, Post) and first.uuid == jobs[3]
+        assert quiet(spec)
+        send(spec, Response(header=WORKER, service="one", uuid=jobs[3], status=200, body=(b"r",)))
+        second = get(spec)
+        assert isinstance(second, Post) and second.uuid == jobs[4]
+        assert {w.name: w.capacity for w in running.gateway.router.workers()} == {"nfw": 2, "spw": 1}
     finally:
         finish(running)
