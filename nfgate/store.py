@@ -3,22 +3,27 @@
 design.md "Durability": a request acknowledged to a client (NFP 202, DBP APPROVED) is
 on disk *before* the acknowledgement. Outside :meth:`JobStore.begin` every write commits
 before it returns; inside, writes are grouped until :meth:`JobStore.commit`, which the
-caller runs before it sends the acknowledgements (group commit). ``synchronous=FULL`` in
-WAL mode makes a commit durable. After a crash, :meth:`JobStore.unfinished` lists what
+caller runs before it sends the acknowledgements (group commit): the gateway has one
+transaction per loop iteration. After a crash, :meth:`JobStore.unfinished` lists what
 must be dispatched again, and results already stored are still served to GET.
 
-A batch that acknowledges nothing (results, state changes: ``begin(durable=False)``)
-commits with ``synchronous=NORMAL``: no fsync, which is most of a commit's cost (0.3-1
-ms of wall time and about 100 us of CPU per fsync on the reference machines, against
-about 50 us for a NORMAL commit). Such a commit survives a crash of the gateway process
-(the WAL is in the OS's cache); only a crash of the machine can lose it, and then the
-job is still recorded as dispatched and is dispatched again after the restart, as an
-in-flight job would be. The next durable commit makes it durable too (the WAL is one
-sequential file).
+Commits: the database is in WAL mode at ``synchronous=NORMAL``, always, so a COMMIT
+write()s its frames to the WAL and syncs nothing. Durability is decided at commit time:
+a transaction that holds a job record (:meth:`JobStore.add`, or ``begin()`` with
+``durable=True``) is followed by an fdatasync of the WAL file, which is what
+``synchronous=FULL`` adds in WAL mode (``JobStore._sync_wal`` says why). A transaction of
+writes that acknowledge nothing (results, state changes: ``begin(durable=False)``) is not
+synced. The fsync is most of a commit's cost (0.3-1 ms of wall time and about 100 us of
+CPU on the reference machines, against about 50 us for the COMMIT). An unsynced commit
+survives a crash of the gateway process (the WAL is in the OS's cache); only a crash of
+the machine can lose it, and then the job is still recorded as dispatched and is
+dispatched again after the restart, as an in-flight job would be. The next sync makes
+it durable too (the WAL is one sequential file). An iteration with both kinds of write
+is one COMMIT and at most one fsync; the synchronous level is never switched.
 
-``JobStore(path, fsync=False)`` (``[gateway] fsync = false``) makes every commit a
-NORMAL one: an acknowledged job then survives a crash or ``kill -9`` of the gateway
-(the WAL write reached the OS before the 202 left) but not a crash of the machine.
+``JobStore(path, fsync=False)`` (``[gateway] fsync = false``) never syncs: an
+acknowledged job then survives a crash or ``kill -9`` of the gateway (the WAL write
+reached the OS before the 202 left) but not a crash of the machine.
 
 The store never reads a clock: callers pass ``now_ms``.
 """
@@ -26,8 +31,9 @@ The store never reads a clock: callers pass ``now_ms``.
 from __future__ import annotations
 
 import enum
+import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +45,14 @@ from nfgate.frames import bytes_tuple
 
 __all__ = ["JobRecord", "JobState", "JobStore", "StoredResult"]
 
+# What SQLite itself syncs the WAL with where it exists (Linux): data and size, not mtime.
+_datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+# No index on jobs.state: keeping it cost a b-tree page per commit (and two index
+# writes per state change) on the request path, for unfinished() at startup and purge(),
+# where a scan is fine. A data dir made by an older nfgate loses the index when opened.
+# Not WITHOUT ROWID: measured slower, as uuids are random and bodies can be large (the
+# rows of a WITHOUT ROWID table are the key b-tree; a rowid table appends them).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     uuid        TEXT PRIMARY KEY,
@@ -51,7 +65,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_ms  INTEGER NOT NULL,
     state       TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+DROP INDEX IF EXISTS jobs_state;
 CREATE TABLE IF NOT EXISTS results (
     uuid        TEXT NOT NULL REFERENCES jobs (uuid) ON DELETE CASCADE,
     worker      TEXT NOT NULL,
@@ -113,57 +127,121 @@ class JobStore:
     def __init__(self, path: Path | str, *, fsync: bool = True) -> None:
         self.path = Path(path)
         self.fsync = fsync
+        self._wal_fd: int | None = None  # opened at the first durable commit
+        self._wal_ino = 0
+        self._durable = False  # the open transaction holds a write that needs the fsync
+        self._sync_error: OSError | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # check_same_thread off: the store is used by one thread at a time, but that
             # thread (the gateway loop) need not be the one that opened it.
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # FULL: a commit is on disk before we acknowledge the job to the client.
-            # NORMAL (fsync=False): written to the OS, which survives the process.
-            self._db.execute("PRAGMA synchronous=FULL" if fsync else "PRAGMA synchronous=NORMAL")
+            self._wal = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+            # NORMAL: a commit is written to the OS; _sync_wal makes the durable ones FULL.
+            # Without WAL (a file system that cannot share memory) only FULL is safe.
+            full = fsync and not self._wal
+            self._db.execute("PRAGMA synchronous=FULL" if full else "PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.executescript(_SCHEMA)
+            # The WAL is named after the database file as SQLite resolved it (symlinks).
+            self._wal_path = Path(self._db.execute("PRAGMA database_list").fetchone()[2] + "-wal")
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(f"cannot open the job store {self.path}: {exc}") from None
-        self._durable = fsync  # True: the synchronous level set on the connection is FULL
 
     def close(self) -> None:
-        self.commit()
-        self._db.close()
+        """Commit what is open and close. Raises what :meth:`commit` raises (and still closes)."""
+        try:
+            self.commit()
+        finally:
+            self._db.close()
+            if self._wal_fd is not None:
+                os.close(self._wal_fd)
+                self._wal_fd = None
 
     def begin(self, durable: bool = True) -> None:
         """Group the writes that follow into one transaction, until :meth:`commit`.
 
         The gateway opens one per loop iteration and commits before it sends the
-        acknowledgements of that iteration: one fsync for a batch of jobs, not one each.
-        ``durable=False`` is for writes that acknowledge nothing (see the module
-        docstring); a durable ``begin`` inside such a transaction commits it first (no
-        fsync) and opens a durable one, since SQLite fixes the level per transaction.
+        acknowledgements of that iteration: one commit, and at most one fsync, for the
+        batch. ``durable=False`` adds writes that acknowledge nothing (see the module
+        docstring); whether the commit fsyncs is decided by what the batch holds.
+        Raises :class:`sqlite3.Error` if SQLite cannot open the transaction.
         """
-        db = self._db
-        durable = durable and self.fsync
-        if db.in_transaction:
-            if not durable or self._durable:
-                return
-            db.execute("COMMIT")
-        if durable != self._durable:
-            # Not allowed inside a transaction: set before BEGIN.
-            db.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
-            self._durable = durable
-        db.execute("BEGIN")
-
-    def commit(self) -> None:
-        """Commit the open transaction (no-op when none is open): durable unless it was
-        begun with ``durable=False``. Writes outside a transaction are durable again after."""
-        if self._db.in_transaction:
-            self._db.execute("COMMIT")
-        if self.fsync and not self._durable:
-            self._db.execute("PRAGMA synchronous=FULL")
+        if not self._db.in_transaction:
+            self._db.execute("BEGIN")
+        if durable:
             self._durable = True
 
+    def commit(self) -> None:
+        """Commit the open transaction (no-op when none is open), then fsync the WAL if
+        it held a job record or a durable :meth:`begin` (and ``fsync`` is on).
+
+        Raises :class:`sqlite3.Error` if the COMMIT fails, :class:`OSError` if the fsync
+        does: then nothing of the batch may be acknowledged.
+        """
+        if self._db.in_transaction:
+            self._db.execute("COMMIT")
+        if self._durable:
+            self._durable = False  # committed: a failed sync poisons the store (_sync_wal)
+            if self.fsync and self._wal:
+                self._sync_wal()
+
+    def _sync_wal(self) -> None:
+        """Make every commit so far durable: what ``synchronous=FULL`` does in WAL mode.
+
+        With NORMAL a commit has write()n its frames to the WAL, and SQLite syncs the WAL
+        itself only before a checkpoint (then the database after it): "A transaction
+        committed in WAL mode with synchronous=NORMAL might roll back following a power
+        loss or system crash". With FULL "the WAL file is synchronized after each
+        transaction is committed", which is this fdatasync (SQLite's own call on Linux).
+        FULL would also pad the last frame to a sector, but only without the powersafe
+        overwrite property, which SQLite assumes by default on Unix. The sync also makes
+        the unsynced commits before it durable: they are earlier frames of the same file.
+
+        Raises :class:`OSError` (the WAL cannot be opened or synced). After a failed
+        sync, every later one raises too: the kernel may have dropped the pages it
+        failed to write and marked them clean, so a later success proves nothing.
+        """
+        if self._sync_error is not None:
+            raise OSError(f"an earlier fsync of {self._wal_path} failed") from self._sync_error
+        try:
+            fd = self._wal_fd
+            # The WAL keeps its inode while this connection is open; reopen if it did not.
+            if fd is None or os.stat(self._wal_path).st_ino != self._wal_ino:
+                fd = self._open_wal()
+            _datasync(fd)
+        except OSError as exc:
+            self._sync_error = exc
+            raise
+
+    def _open_wal(self) -> int:
+        """Open the WAL file for syncing; raises :class:`OSError`."""
+        if self._wal_fd is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
+        fd = os.open(self._wal_path, os.O_RDONLY)
+        try:
+            ino = os.fstat(fd).st_ino
+            # SQLite creates the WAL when the database is opened and deletes it at the
+            # last close. With FULL it syncs the directory at the WAL's first sync, so
+            # that the file itself survives a crash; do the same for each WAL we open.
+            dir_fd = os.open(self._wal_path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError:
+            os.close(fd)
+            raise
+        self._wal_fd, self._wal_ino = fd, ino
+        return fd
+
     def add(self, job: JobRecord) -> bool:
-        """Store a new job; False if that uuid is already stored (a client's resend)."""
+        """Store a new job; False if that uuid is already stored (a client's resend).
+
+        Outside a transaction it is durable when this returns; inside, at :meth:`commit`.
+        Raises :class:`sqlite3.Error` (SQLite) or :class:`OSError` (the fsync).
+        """
         try:
             self._db.execute(
                 "INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -181,13 +259,19 @@ class JobStore:
             )
         except sqlite3.IntegrityError:
             return False
+        if self._db.in_transaction:
+            self._durable = True  # a job record: the batch's commit fsyncs
+        elif self.fsync and self._wal:
+            self._sync_wal()  # autocommitted: durable before we return, as documented
         return True
 
     def set_state(self, uuid: str, state: JobState) -> None:
+        """Needs no fsync (it acknowledges nothing). Raises :class:`sqlite3.Error`."""
         self._db.execute("UPDATE jobs SET state = ? WHERE uuid = ?", (state.value, uuid))
 
     def add_result(self, uuid: str, worker: str, status: int, body: Sequence[bytes], now_ms: int) -> None:
-        """Keep ``worker``'s result for ``uuid`` (a later one from the same worker replaces it)."""
+        """Keep ``worker``'s result for ``uuid`` (a later one from the same worker replaces it).
+        Needs no fsync (it acknowledges nothing). Raises :class:`sqlite3.Error`."""
         self._db.execute(
             "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?)",
             (uuid, worker, status, _pack(body), now_ms),

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import msgpack
 import pytest
 
+from nfgate import store as store_module
 from nfgate.errors import ConfigError
 from nfgate.store import JobRecord, JobState, JobStore
 
@@ -90,3 +94,172 @@ def test_acknowledged_job_survives_kill_9(tmp_path: Path, fsync: bool) -> None:
     assert [r.body for r in store.results("u-kill")] == [(b"partial",)]
     store.close()
     assert os.path.exists(db)
+
+
+# The schema of nfgate releases before the jobs_state index was dropped: a data dir made
+# by one of them must still open, keep its jobs and take new ones.
+_OLD_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    uuid        TEXT PRIMARY KEY,
+    service     TEXT NOT NULL,
+    target      TEXT NOT NULL,
+    edge        TEXT NOT NULL,
+    protocol    TEXT NOT NULL,
+    client      BLOB NOT NULL,
+    body        BLOB NOT NULL,      -- msgpack list of frames
+    created_ms  INTEGER NOT NULL,
+    state       TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state);
+CREATE TABLE IF NOT EXISTS results (
+    uuid        TEXT NOT NULL REFERENCES jobs (uuid) ON DELETE CASCADE,
+    worker      TEXT NOT NULL,
+    status      INTEGER NOT NULL,
+    body        BLOB NOT NULL,      -- msgpack list of frames
+    stored_ms   INTEGER NOT NULL,
+    PRIMARY KEY (uuid, worker)
+);
+"""
+
+
+def test_data_dir_of_the_old_schema_still_opens(tmp_path: Path) -> None:
+    db = tmp_path / "jobs.sqlite3"
+    old = sqlite3.connect(db, isolation_level=None)
+    old.execute("PRAGMA journal_mode=WAL")
+    old.executescript(_OLD_SCHEMA)
+    old.execute(
+        "INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        ("old", "echo", "any", "nfp", "nfp", b"c1", msgpack.packb([b"{}", b""]), 7, "dispatched"),
+    )
+    old.execute("INSERT INTO results VALUES (?, ?, ?, ?, ?)", ("old", "w1", 200, msgpack.packb([b"r"]), 8))
+    old.close()
+
+    store = JobStore(db)
+    assert store.get("old") == job("old", created=7, state=JobState.DISPATCHED)
+    assert [r.body for r in store.results("old")] == [(b"r",)]
+    store.begin()
+    assert store.add(job("new", created=9))
+    assert not store.add(job("old"))  # its uuid is still taken
+    store.begin(durable=False)
+    store.add_result("new", "w1", 200, [b"n"], now_ms=10)
+    store.set_state("old", JobState.DONE)
+    store.commit()
+    assert [j.uuid for j in store.unfinished()] == ["new"]
+    assert store.purge(older_than_ms=8) == 1 and store.get("old") is None and store.results("old") == []
+    store.close()
+    again = sqlite3.connect(db)
+    indexes = {name for (name,) in again.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    again.close()
+    assert "jobs_state" not in indexes
+
+
+@pytest.fixture
+def syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The inodes of the files JobStore fdatasyncs (it does sync them too)."""
+    calls: list[int] = []
+    real = store_module._datasync
+
+    def recording(fd: int) -> None:
+        calls.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(store_module, "_datasync", recording)
+    return calls
+
+
+def test_a_batch_is_one_commit_synced_only_when_it_holds_a_job(tmp_path: Path, syncs: list[int]) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite3")
+    wal = os.stat(tmp_path / "jobs.sqlite3-wal").st_ino
+    store.add(job("u0"))  # autocommitted: synced before add returns
+    assert syncs == [wal]
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+
+    # Results first, then a job (the order that used to cost two COMMITs and PRAGMAs).
+    store.begin(durable=False)
+    store.add_result("u0", "w1", 200, [b"r"], now_ms=1)
+    store.set_state("u0", JobState.DONE)
+    store.begin()
+    store.add(job("u1"))
+    store.begin(durable=False)
+    store.add_result("u1", "w1", 200, [b"r"], now_ms=2)
+    store.commit()
+    assert [s.split()[0] for s in statements] == ["BEGIN", "INSERT", "UPDATE", "INSERT", "INSERT", "COMMIT"]
+    assert syncs == [wal, wal]
+
+    store.begin(durable=False)  # acknowledges nothing: no sync
+    store.set_state("u1", JobState.DONE)
+    store.commit()
+    store.commit()  # nothing open: nothing to do
+    assert syncs == [wal, wal]
+
+    store.begin(durable=False)
+    store.add(job("u2"))  # a job record makes the batch durable whatever begin said
+    store.commit()
+    assert syncs == [wal, wal, wal]
+    store.close()
+
+
+def test_fsync_false_never_syncs(tmp_path: Path, syncs: list[int]) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite3", fsync=False)
+    store.add(job("u0"))
+    store.begin()
+    store.add(job("u1"))
+    store.commit()
+    assert syncs == []
+    assert [j.uuid for j in store.unfinished()] == ["u0", "u1"]
+    store.close()
+
+
+def test_after_a_failed_fsync_no_job_is_durable_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite3")
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(store_module, "_datasync", failing)
+    store.begin()
+    store.add(job("u1"))
+    with pytest.raises(OSError, match="Input/output"):
+        store.commit()
+    monkeypatch.undo()  # the disk "works" again: a later fsync still proves nothing
+    store.begin()
+    store.add(job("u2"))
+    with pytest.raises(OSError, match="earlier fsync"):
+        store.commit()
+    store.begin(durable=False)  # what acknowledges nothing still goes on
+    store.set_state("u1", JobState.DONE)
+    store.commit()
+    assert store.get("u1") is not None and store.get("u2") is not None
+    store._db.close()
+
+
+def test_acknowledged_batch_survives_kill_9(tmp_path: Path) -> None:
+    db = tmp_path / "jobs.sqlite3"
+    # The gateway's iteration: results of one job, then a new job, one commit, "202", die.
+    child = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        from nfgate.store import JobRecord, JobState, JobStore
+        store = JobStore({str(db)!r})
+        store.add(JobRecord(uuid="u-old", service="echo", target="any", edge="nfp",
+                            protocol="nfp", client=b"c1", body=[b"old"], created_ms=1))
+        store.begin(durable=False)
+        store.add_result("u-old", "w1", 200, [b"done"], now_ms=2)
+        store.set_state("u-old", JobState.DONE)
+        store.begin()
+        store.add(JobRecord(uuid="u-new", service="echo", target="any", edge="nfp",
+                            protocol="nfp", client=b"c1", body=[b"new"], created_ms=3))
+        store.commit()
+        sys.stdout.write("acked\\n"); sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=30)
+    assert proc.stdout == "acked\n" and proc.returncode == -signal.SIGKILL, proc.stderr
+    store = JobStore(db)
+    assert [j.uuid for j in store.unfinished()] == ["u-new"]
+    assert [r.body for r in store.results("u-old")] == [(b"done",)]
+    store.close()
