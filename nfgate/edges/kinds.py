@@ -26,7 +26,17 @@ if TYPE_CHECKING:
     from nfgate.edges import Edge, EdgeSettings
     from nfgate.store import JobStore
 
-__all__ = ["KINDS", "EdgeKind", "Factory", "Option", "path_option", "str_list_option"]
+__all__ = [
+    "KINDS",
+    "NORFAB_WORKER_CAPACITY",
+    "EdgeKind",
+    "Factory",
+    "Option",
+    "path_option",
+    "str_list_option",
+]
+
+NORFAB_WORKER_CAPACITY = 5  # NorFab 0.25's default max_concurrent_jobs
 
 Option = tuple[Callable[[object, str, Path], Any], Any]
 """An extra config key: (parser, default). The parser takes the TOML value, the key's
@@ -96,7 +106,7 @@ KINDS: dict[str, EdgeKind] = {
                 "files_root": (path_option, None),
                 # Jobs a NorFab-dialect worker is given at once: NorFab 0.25 workers run
                 # max_concurrent_jobs (default 5) in a thread pool and queue the rest.
-                "norfab_worker_capacity": (int_option(1), 5),
+                "norfab_worker_capacity": (int_option(1), NORFAB_WORKER_CAPACITY),
                 **CURVE_OPTIONS,
             },
             summary="NFP broker (spec and NorFab 0.25 dialects)",

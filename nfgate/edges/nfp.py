@@ -44,6 +44,7 @@ from nfgate.codecs.nfp.messages import (
 )
 from nfgate.codecs.nfp.session import Action, PeerState, step
 from nfgate.edges import EdgeSettings, RouterEdge, WireCodec, peer_label
+from nfgate.edges.kinds import NORFAB_WORKER_CAPACITY
 from nfgate.edges.nfp_jobs import NfpJobs
 from nfgate.edges.nfp_services import NfpOptions, NfpServices
 from nfgate.errors import EncodeError
@@ -93,8 +94,8 @@ class NfpEdge(RouterEdge):
         # most one request a time"); NorFab's broker sends a worker every job at once and
         # the worker runs max_concurrent_jobs of them (5 by default) in a thread pool, so
         # a NorFab worker is given that many (``norfab_worker_capacity``).
-        capacity = settings.options.get("norfab_worker_capacity", 5)
-        self._norfab_capacity = capacity if isinstance(capacity, int) else 5
+        capacity = settings.options.get("norfab_worker_capacity", NORFAB_WORKER_CAPACITY)
+        self._norfab_capacity = capacity if isinstance(capacity, int) else NORFAB_WORKER_CAPACITY
 
     # ------------------------------------------------------------------ helpers
 
