@@ -11,6 +11,8 @@ The file (every table and key optional)::
     log_level = "info"
     fsync = true                     # a 202 waits for its job record's fsync (false: the
                                      # record survives a gateway crash, not a machine crash)
+    job_retention_s = 86400          # finished NFP jobs are forgotten this long after their
+                                     # POST (GET then gives 400); 0 keeps them for ever
 
     [routing]
     queue_expiry_ms = 300000         # a request with no worker waits this long, then 408
@@ -58,6 +60,7 @@ __all__ = ["DEFAULT_BINDS", "EdgeConfig", "ServeConfig", "default_data_dir", "lo
 DEFAULT_BINDS: Mapping[str, tuple[str, ...]] = {k.kind: k.binds for k in KINDS.values()}
 """design.md "Default endpoints" for the edges this version serves."""
 
+JOB_RETENTION_S = 86_400  # a day: a client GETs its result long before that
 DEFAULT_METRICS = "http://127.0.0.1:9464"
 _EDGE_KEYS = {"enabled", "bind", "heartbeat_ms", "liveness"}
 _ROUTING_KEYS = {"queue_expiry_ms", "max_redispatch", "max_queue_per_service", "max_in_flight_per_worker"}
@@ -85,6 +88,7 @@ class ServeConfig:
     data_dir: Path
     log_level: str = "info"
     fsync: bool = True  # job records fsynced before their 202 (false: written to the OS only)
+    job_retention_s: int = JOB_RETENTION_S  # finished jobs kept this long after their POST; 0: for ever
     routing: RouterConfig
     limits: Limits
     edges: tuple[EdgeConfig, ...]
@@ -180,7 +184,7 @@ def load(
     for key in doc:
         if key not in ("gateway", "routing", "limits", "edges", "metrics"):
             raise ConfigError(f"config: unknown key {key}")
-    gateway = _table(doc, "gateway", {"data_dir", "log_level", "fsync"})
+    gateway = _table(doc, "gateway", {"data_dir", "log_level", "fsync", "job_retention_s"})
     fsync = gateway.get("fsync", True)
     if not isinstance(fsync, bool):
         raise ConfigError("config: gateway.fsync must be true or false")
@@ -233,6 +237,7 @@ def load(
         data_dir=data_dir or configured or default_data_dir(),
         log_level=level,
         fsync=fsync,
+        job_retention_s=_int(gateway, "job_retention_s", "gateway", JOB_RETENTION_S),
         routing=router,
         limits=limit,
         edges=tuple(kinds),

@@ -51,7 +51,7 @@ def build(cfg: ServeConfig, context: zmq.Context[zmq.Socket[bytes]], wake_fd: in
     :class:`nfgate.errors.ConfigError` (data dir, inventory); edges bound before the
     failure are closed.
     """
-    store = JobStore(cfg.data_dir / "jobs.sqlite3", fsync=cfg.fsync)
+    store = JobStore(cfg.data_dir / "jobs.sqlite3", fsync=cfg.fsync, retention_ms=cfg.job_retention_s * 1000)
     edges: list[Edge] = []
     try:
         for ec in cfg.edges:

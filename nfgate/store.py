@@ -124,9 +124,10 @@ class JobStore:
     Raises :class:`ConfigError` if the database cannot be opened (bad ``--data-dir``).
     """
 
-    def __init__(self, path: Path | str, *, fsync: bool = True) -> None:
+    def __init__(self, path: Path | str, *, fsync: bool = True, retention_ms: int = 0) -> None:
         self.path = Path(path)
         self.fsync = fsync
+        self.retention_ms = retention_ms  # finished jobs older than this go (expire); 0: never
         self._wal_fd: int | None = None  # opened at the first durable commit
         self._wal_ino = 0
         self._durable = False  # the open transaction holds a write that needs the fsync
@@ -295,13 +296,52 @@ class JobStore:
         )
         return [self._record(row) for row in rows]
 
-    def purge(self, older_than_ms: int) -> int:
-        """Forget finished jobs created before ``older_than_ms``; returns how many."""
+    def purge(self, older_than_ms: int, limit: int = -1) -> int:
+        """Forget finished jobs (and their results) created before ``older_than_ms``,
+        oldest first, at most ``limit`` of them (-1: all); returns how many.
+
+        Only the rows older than the cutoff are read: rows are appended as jobs are
+        created, so rowids grow with ``created_ms`` and the cutoff is a rowid, found by a
+        binary search (about 30 key lookups). A scan by ``created_ms`` would read the
+        whole table on every call, and an index on it would cost every POST a write. A
+        wall clock that stepped back only delays a purge: ``created_ms`` is checked too.
+        Raises :class:`sqlite3.Error`.
+        """
+        boundary = self._first_rowid_at(older_than_ms)
         cur = self._db.execute(
-            "DELETE FROM jobs WHERE created_ms < ? AND state NOT IN (?, ?)",
-            (older_than_ms, *(s.value for s in UNFINISHED)),
+            "DELETE FROM jobs WHERE rowid IN (SELECT rowid FROM jobs WHERE rowid < ? AND created_ms < ?"
+            " AND state NOT IN (?, ?) ORDER BY rowid LIMIT ?)",
+            (boundary, older_than_ms, *(s.value for s in UNFINISHED), limit),
         )
         return cur.rowcount
+
+    def expire(self, now_ms: int, limit: int = 1000) -> int:
+        """Purge up to ``limit`` finished jobs older than :attr:`retention_ms` (none when
+        it is 0); returns how many. The caller bounds each call's work with ``limit``:
+        it runs on the gateway's loop. Raises :class:`sqlite3.Error`."""
+        if self.retention_ms <= 0:
+            return 0
+        return self.purge(now_ms - self.retention_ms, limit)
+
+    def _first_rowid_at(self, cutoff_ms: int) -> int:
+        """The rowid of the first job created at or after ``cutoff_ms`` (one past the
+        last rowid when there is none)."""
+        db = self._db
+        # Two queries: SQLite answers a lone min() or max() from the b-tree's ends, but
+        # both in one SELECT with a scan.
+        lo = db.execute("SELECT ifnull(min(rowid), 0) FROM jobs").fetchone()[0]
+        hi = db.execute("SELECT ifnull(max(rowid), 0) FROM jobs").fetchone()[0] + 1
+        while lo < hi:  # invariant: every row before lo is older than the cutoff, hi is not
+            mid = (lo + hi) // 2
+            row = db.execute(
+                "SELECT rowid, created_ms FROM jobs WHERE rowid >= ? ORDER BY rowid LIMIT 1", (mid,)
+            )
+            found = row.fetchone()
+            if found is None or found[1] >= cutoff_ms:
+                hi = mid
+            else:
+                lo = found[0] + 1
+        return int(lo)
 
     @staticmethod
     def _record(row: tuple[Any, ...]) -> JobRecord:

@@ -314,6 +314,7 @@ class NfpEdge(RouterEdge):
 
     def tick(self, now_ms: int) -> list[Command]:
         late, self._late = self._late, []
+        self.jobs.expire(now_ms)  # when due
         if self._interval <= 0 or (self._next_keepalive is not None and now_ms < self._next_keepalive):
             return late
         self._next_keepalive = now_ms + self._interval
@@ -330,12 +331,13 @@ class NfpEdge(RouterEdge):
     def next_deadline(self) -> int | None:
         if self._late:
             return 0
+        expiry = self.jobs.next_expiry()
         if not self._workers or self._interval <= 0:
             self._next_keepalive = None
-            return None
-        if self._next_keepalive is None:
-            return 0  # the first tick sets the schedule
-        return self._next_keepalive
+            return expiry
+        # None: the first tick sets the keepalive schedule
+        keepalive = 0 if self._next_keepalive is None else self._next_keepalive
+        return keepalive if expiry is None else min(keepalive, expiry)
 
     def flush_sends(self, now_ms: int) -> None:
         # Dispatches first (the workers start while the job records are committed); a

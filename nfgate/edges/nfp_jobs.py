@@ -38,6 +38,12 @@ __all__ = ["NfpJobs", "nfp_status"]
 
 log = logging.getLogger("nfgate.edge.nfp")
 
+# Retention (JobStore.expire): jobs purged per batch, and the pause after a batch that
+# was not full (nothing left to purge) or full (a backlog).
+EXPIRE_BATCH = 200
+EXPIRE_EVERY_MS = 1000
+EXPIRE_BACKLOG_MS = 50
+
 # The NFP spec's status list has no 503/504 ("MAY NOT use status codes not defined"):
 # a worker timeout is 408 (design.md), a full queue an internal error.
 _SPEC_STATUS = {Status.GATEWAY_TIMEOUT: Status.REQUEST_TIMEOUT, Status.UNAVAILABLE: Status.ERROR}
@@ -98,6 +104,7 @@ class NfpJobs:
         self._live: dict[int, _Job] = {}
         self._by_uuid: dict[str, _Job] = {}
         self._outbox: list[tuple[bytes, list[bytes]]] = []
+        self._next_expiry: int | None = None  # monotonic ms of the next purge (None: at once)
 
     @property
     def live(self) -> int:
@@ -379,6 +386,28 @@ class NfpJobs:
         outbox, self._outbox = self._outbox, []
         for address, frames in outbox:
             self._edge.send(address, frames)
+
+    # ------------------------------------------------------------ retention
+
+    def next_expiry(self) -> int | None:
+        """When :meth:`expire` has work to do (monotonic ms); None without a retention."""
+        if self._store.retention_ms <= 0:
+            return None
+        return self._next_expiry if self._next_expiry is not None else 0
+
+    def expire(self, now_ms: int) -> None:
+        """Forget finished jobs past the store's retention, a batch at a time.
+
+        Why batches: the purge runs on the gateway's loop (a batch took about 2 ms, 200k jobs stored); a
+        full batch means a backlog (a restart after a long time, or more POSTs per
+        second than one batch a second), so the next comes after EXPIRE_BACKLOG_MS."""
+        due = self.next_expiry()
+        if due is None or now_ms < due:
+            return
+        self._store.begin(durable=False)  # committed with the iteration's batch (flush)
+        purged = self._store.expire(self._clock(), EXPIRE_BATCH)
+        self._edge.counters["jobs_expired"] += purged
+        self._next_expiry = now_ms + (EXPIRE_BACKLOG_MS if purged >= EXPIRE_BATCH else EXPIRE_EVERY_MS)
 
     def count(self, what: str) -> None:
         self._edge.counters[what] += 1

@@ -78,6 +78,13 @@ def test_unreadable_and_invalid_files(tmp_path: Path) -> None:
         load(None, binds=[("mqtt", "tcp://127.0.0.1:1")])
 
 
+def test_job_retention_is_a_day_unless_configured(tmp_path: Path) -> None:
+    assert load(None, data_dir=tmp_path).job_retention_s == 86_400
+    assert load(write(tmp_path, "[gateway]\njob_retention_s = 0\n")).job_retention_s == 0
+    with pytest.raises(ConfigError, match=r"gateway\.job_retention_s"):
+        load(write(tmp_path, "[gateway]\njob_retention_s = -1\n"))
+
+
 def test_fsync_is_on_unless_switched_off(tmp_path: Path) -> None:
     assert load(None, data_dir=tmp_path).fsync is True
     assert load(write(tmp_path, "[gateway]\nfsync = false\n")).fsync is False

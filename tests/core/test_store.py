@@ -263,3 +263,49 @@ def test_acknowledged_batch_survives_kill_9(tmp_path: Path) -> None:
     assert [j.uuid for j in store.unfinished()] == ["u-new"]
     assert [r.body for r in store.results("u-old")] == [(b"done",)]
     store.close()
+
+
+def test_purge_takes_the_oldest_finished_jobs_first_in_bounded_batches(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite")
+    store.begin()
+    for i in range(100):
+        state = JobState.DISPATCHED if i % 10 == 0 else JobState.DONE
+        store.add(job(f"j{i}", created=1000 + i, state=state))
+        store.add_result(f"j{i}", "w", 200, [b"r"], now_ms=1000 + i)
+    store.commit()
+    # created before 1050: 50 jobs, 5 of them unfinished; at most 20 per call, oldest first
+    assert store.purge(older_than_ms=1050, limit=20) == 20
+    assert store.get("j1") is None and store.get("j22") is None and store.get("j23") is not None
+    assert store.get("j0") is not None and store.get("j20") is not None  # unfinished stay
+    assert store.purge(older_than_ms=1050) == 25  # the rest of the 45
+    assert store.purge(older_than_ms=1050) == 0
+    assert store.get("j49") is None and store.get("j50") is not None
+    assert store.results("j49") == [] and len(store.results("j50")) == 1  # results go with their job
+    assert store.purge(older_than_ms=0) == 0 and store.purge(older_than_ms=10**15) == 45
+    store.close()
+
+
+def test_purge_never_takes_a_job_newer_than_the_cutoff_when_the_clock_stepped_back(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite")
+    for uuid, created in (("a", 100), ("b", 500), ("c", 200), ("d", 600)):
+        store.add(job(uuid, created=created, state=JobState.DONE))
+    store.purge(older_than_ms=300)  # "c" may wait for a later purge; "b" must stay
+    assert store.get("a") is None and store.get("b") is not None and store.get("d") is not None
+    store.purge(older_than_ms=300)
+    assert store.get("c") is None and store.get("b") is not None
+    store.close()
+
+
+def test_expire_follows_the_retention(tmp_path: Path) -> None:
+    forever = JobStore(tmp_path / "forever.sqlite")
+    forever.add(job("old", created=1, state=JobState.DONE))
+    assert forever.expire(now_ms=10**12) == 0 and forever.get("old") is not None
+    forever.close()
+    store = JobStore(tmp_path / "jobs.sqlite", retention_ms=1000)
+    for i in range(5):
+        store.add(job(f"done{i}", created=100 + i, state=JobState.DONE))
+    store.add(job("young", created=5000, state=JobState.DONE))
+    assert store.expire(now_ms=1102, limit=10) == 2  # created before 102
+    assert store.expire(now_ms=6000, limit=2) == 2 and store.expire(now_ms=6000, limit=2) == 1
+    assert store.get("young") is not None
+    store.close()

@@ -324,3 +324,28 @@ def test_norfab_worker_is_given_several_jobs_at_once_spec_worker_one(tmp_path: P
         assert {w.name: w.capacity for w in running.gateway.router.workers()} == {"nfw": 2, "spw": 1}
     finally:
         finish(running)
+
+
+def test_finished_jobs_are_forgotten_after_the_retention(tmp_path: Path) -> None:
+    running = start_gateway(tmp_path, "[gateway]\njob_retention_s = 1\n")
+    try:
+        w = spec_worker(running, "echo", b"w1")
+        client = running.dealer("nfp")
+        job = post(client, "echo", b"ping")
+        assert get(client).status == 202  # type: ignore[attr-defined]
+        get(w)
+        send(w, Response(header=WORKER, service="echo", uuid=job, status=200, body=(b"pong",)))
+        assert get(client).status == 200  # type: ignore[attr-defined]
+        pending = post(client, "echo", b"never answered")  # unfinished jobs are kept
+        assert get(client).status == 202  # type: ignore[attr-defined]
+
+        def status_of(uuid: str) -> int:
+            send(client, Get(header=CLIENT, service="echo", target="any", uuid=uuid, body=(b"",)))
+            return int(get(client).status)  # type: ignore[attr-defined]
+
+        assert status_of(job) == 200
+        until(lambda: status_of(job) == 400, timeout=10)  # 1 s of retention, purged within ~1 s more
+        assert status_of(pending) == 300
+        assert running.gateway.edges["nfp"].stats()["jobs_expired"] == 1
+    finally:
+        finish(running)
