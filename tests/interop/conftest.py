@@ -236,7 +236,7 @@ class Peers:
 
     def _spawn(self, args: list[str], label: str) -> tuple[subprocess.Popen[bytes], Path]:
         if self.broker.curve_key:  # NorFab's zmq_auth on, trusting the key in its inventory
-            args = [*args, "--shared-key", self.broker.curve_key]
+            args = [*args, f"--shared-key={self.broker.curve_key}"]  # a Z85 key may start with "-"
         stdout_path = self.log_dir / f"{label}.out"
         with open(stdout_path, "wb") as out, open(self.log_dir / f"{label}.err", "wb") as err:
             proc = subprocess.Popen(
