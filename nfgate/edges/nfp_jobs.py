@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -398,16 +399,26 @@ class NfpJobs:
     def expire(self, now_ms: int) -> None:
         """Forget finished jobs past the store's retention, a batch at a time.
 
-        Why batches: the purge runs on the gateway's loop (a batch took about 2 ms, 200k jobs stored); a
-        full batch means a backlog (a restart after a long time, or more POSTs per
-        second than one batch a second), so the next comes after EXPIRE_BACKLOG_MS."""
+        Why batches: the purge runs on the gateway's loop (a batch of 200 took about
+        2 ms with 200k jobs stored); a full batch means a backlog (a restart after a
+        long time, or more POSTs a second than one batch a second), so the next batch
+        comes after EXPIRE_BACKLOG_MS. A purge that fails (SQLite error) is logged,
+        counted (``expire_errors``) and tried again later: it must not stop the loop.
+        """
         due = self.next_expiry()
         if due is None or now_ms < due:
             return
-        self._store.begin(durable=False)  # committed with the iteration's batch (flush)
-        purged = self._store.expire(self._clock(), EXPIRE_BATCH)
+        self._next_expiry = now_ms + EXPIRE_EVERY_MS
+        try:
+            self._store.begin(durable=False)  # committed with the iteration's batch (flush)
+            purged = self._store.expire(self._clock(), EXPIRE_BATCH)
+        except sqlite3.Error as exc:
+            self.count("expire_errors")
+            log.warning("%s: purging expired jobs failed: %s", self._edge.name, exc)
+            return
         self._edge.counters["jobs_expired"] += purged
-        self._next_expiry = now_ms + (EXPIRE_BACKLOG_MS if purged >= EXPIRE_BATCH else EXPIRE_EVERY_MS)
+        if purged >= EXPIRE_BATCH:
+            self._next_expiry = now_ms + EXPIRE_BACKLOG_MS
 
     def count(self, what: str) -> None:
         self._edge.counters[what] += 1

@@ -4,6 +4,7 @@ docs/protocols/norfab-wire.md)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import uuid as uuidlib
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from nfgate.codecs.nfp.messages import (
     Ready,
     Response,
 )
+from nfgate.store import JobStore
 
 from .conftest import Running, finish, recv, start_gateway, until
 
@@ -349,3 +351,22 @@ def test_finished_jobs_are_forgotten_after_the_retention(tmp_path: Path) -> None
         assert running.gateway.edges["nfp"].stats()["jobs_expired"] == 1
     finally:
         finish(running)
+
+
+def test_a_failing_purge_is_counted_and_the_broker_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: JobStore, now_ms: int, limit: int = 1000) -> int:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(JobStore, "expire", broken)
+    running = start_gateway(tmp_path, "[gateway]\njob_retention_s = 1\n")
+    try:
+        until(lambda: running.gateway.edges["nfp"].stats().get("expire_errors", 0) >= 1)
+        w = spec_worker(running, "echo", b"w1")
+        client = running.dealer("nfp")
+        job = post(client, "echo", b"ping")
+        assert get(client).status == 202  # type: ignore[attr-defined]
+        assert get(w).uuid == job  # type: ignore[attr-defined]
+    finally:
+        finish(running)  # asserts that no internal error was logged
