@@ -188,6 +188,11 @@ def test_worker_death_redispatches_to_another_worker(tmp_path: object) -> None:
             message = get(healthy)
             if isinstance(message, Post):
                 break
+            if isinstance(message, Disconnect):
+                # This test thread was held up past the 300 ms too (a loaded machine):
+                # start again, as a real worker does.
+                send(healthy, Ready(service="svc"))
+                continue
             send(healthy, Keepalive(header=WORKER, service="svc"))
         else:
             pytest.fail("never re-dispatched")

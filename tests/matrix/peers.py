@@ -23,15 +23,15 @@ import pynng
 import zmq
 
 from nfgate.codecs import dbp, dcp, memodb, nfp, sada
-from nfgate.codecs.dcp.messages import Ping, Registration
+from nfgate.codecs.dcp.messages import Ping, Reconnect, Registration
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.memodb.messages import Heartbeat as MemoHeartbeat
 from nfgate.codecs.memodb.messages import Job as MemoJob
 from nfgate.codecs.memodb.messages import Ready as MemoReady
 from nfgate.codecs.memodb.messages import Result as MemoResult
-from nfgate.codecs.nfp.messages import CLIENT, WORKER, Keepalive, Open, Post, Ready, Response
-from nfgate.codecs.sada.messages import Intr, Pong, Rep, Req
+from nfgate.codecs.nfp.messages import CLIENT, WORKER, Disconnect, Keepalive, Open, Post, Ready, Response
+from nfgate.codecs.sada.messages import Intr, Pong, Rep, Req, Rintr
 from nfgate.transports.zmq import connect_dealer
 
 HEARTBEAT_S = 0.1  # the workers' beat; the gateway under test runs with 100 ms x 3
@@ -88,7 +88,12 @@ class ZmqEchoWorker(EchoWorker):
             next_beat = time.monotonic() + HEARTBEAT_S
             while not stop.is_set():
                 if sock.poll(20):
-                    answer = self.on_message(sock.recv_multipart())
+                    frames = sock.recv_multipart()
+                    answer = self.on_message(frames)
+                    if answer is None and self.told_to_register(frames):
+                        # Expired by the gateway: this thread was held up past 3 beats
+                        # (a loaded machine). Start again, as a real worker does.
+                        self.register(sock)
                     if answer is not None:
                         self.received += 1
                         if not self.hang:
@@ -108,6 +113,10 @@ class ZmqEchoWorker(EchoWorker):
     @abc.abstractmethod
     def on_message(self, frames: list[bytes]) -> list[bytes] | None:
         """The echo reply for a request, None for anything else."""
+
+    @abc.abstractmethod
+    def told_to_register(self, frames: list[bytes]) -> bool:
+        """True for the protocol's word to an unknown worker (DISCONNECT, RECONNECT, RINTR)."""
 
 
 class NfpWorker(ZmqEchoWorker):
@@ -129,6 +138,9 @@ class NfpWorker(ZmqEchoWorker):
         )
         return nfp.encode(reply, "spec")
 
+    def told_to_register(self, frames: list[bytes]) -> bool:
+        return isinstance(nfp.decode(frames, "spec"), Disconnect)
+
 
 class DcpWorker(ZmqEchoWorker):
     edge = "dcp"
@@ -144,6 +156,9 @@ class DcpWorker(ZmqEchoWorker):
         if not isinstance(message, DcpRequest):
             return None
         return dcp.encode(DcpReply(client=message.client, metadata=message.metadata, data=message.data))
+
+    def told_to_register(self, frames: list[bytes]) -> bool:
+        return isinstance(dcp.decode(frames), Reconnect)
 
 
 class DbpWorker(ZmqEchoWorker):
@@ -176,6 +191,9 @@ class DbpWorker(ZmqEchoWorker):
         }
         return dbp.encode(dbp.Reply(time=time.time(), info=json.dumps(answer).encode()), "spec")
 
+    def told_to_register(self, frames: list[bytes]) -> bool:
+        return isinstance(dbp.decode(frames, "spec"), dbp.Disconnect)
+
 
 class SadaWorker(ZmqEchoWorker):
     """A SADA server: INTRs its service to the channel; its PONG every beat is the
@@ -194,6 +212,9 @@ class SadaWorker(ZmqEchoWorker):
         if not isinstance(message, Req):
             return None  # PING: the beat answers it
         return sada.encode(Rep(request_id=message.request_id, status=200, payload=message.payload))
+
+    def told_to_register(self, frames: list[bytes]) -> bool:
+        return isinstance(sada.decode(frames), Rintr)
 
 
 class MemodbWorker(EchoWorker):
