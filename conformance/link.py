@@ -17,6 +17,7 @@ from nfgate.codecs._base import Message
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, Source
 from nfgate.conformance.model import Clause
 from nfgate.conformance.registry import Session
+from nfgate.edges import peer_label
 from nfgate.errors import TransportError
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "detect_from_hello",
     "link",
     "open_link",
+    "send_routed",
 ]
 
 AutoReply = Callable[[Received], Message | None]
@@ -138,7 +140,7 @@ class RouterLink(Watched):
             return None
         identity, frames = parts[0], parts[1:]
         message, text = ctx.wire.decode(frames)
-        ctx.record("received", f"from worker {_name(identity)}", frames, text)
+        ctx.record("received", f"from worker {peer_label(identity)}", frames, text)
         got = Received(frames=tuple(frames), message=message, text=text, identity=identity)
         ctx.observe(got)
         if self.worker is None:
@@ -162,30 +164,36 @@ class RouterLink(Watched):
         self, ctx: CaseContext, message: Message | list[bytes], identity: bytes | None = None, note: str = ""
     ) -> bool:
         target = identity if identity is not None else self.worker
-        if target is None:
-            return False
-        if isinstance(message, Message):
-            frames = ctx.wire.encode(message)
-            text = repr(message)
-        else:
-            frames = list(message)
-            text = note or ctx.wire.decode(frames)[1]
-        try:
-            self.sock.send_multipart([target, *frames], zmq.NOBLOCK)
-        except zmq.ZMQError as exc:
-            ctx.record("sent", f"to worker {_name(target)}", frames, f"{text}  [not sent: {exc.strerror}]")
-            return False
-        ctx.record("sent", f"to worker {_name(target)}", frames, text)
-        return True
+        return target is not None and send_routed(ctx, self.sock, target, message, "to worker", note)
 
     def close(self) -> None:
         self.sock.close(0)
 
 
-def _name(identity: bytes) -> str:
-    if identity and all(0x21 <= b < 0x7F for b in identity):
-        return identity.decode("ascii")
-    return "id-" + identity.hex()
+def send_routed(
+    ctx: CaseContext,
+    sock: zmq.Socket[bytes],
+    target: bytes,
+    message: Message | list[bytes],
+    label: str,
+    note: str = "",
+) -> bool:
+    """Send ``message`` (or raw frames: malformed input, described by ``note``) to
+    ``target`` on a bound ROUTER without blocking, and record it in the case's log as
+    ``"<label> <target>"``; False (recorded as not sent) when the peer is gone."""
+    if isinstance(message, Message):
+        frames = ctx.wire.encode(message)
+        text = repr(message)
+    else:
+        frames = list(message)
+        text = note or ctx.wire.decode(frames)[1]
+    try:
+        sock.send_multipart([target, *frames], zmq.NOBLOCK)
+    except zmq.ZMQError as exc:
+        ctx.record("sent", f"{label} {peer_label(target)}", frames, f"{text}  [not sent: {exc.strerror}]")
+        return False
+    ctx.record("sent", f"{label} {peer_label(target)}", frames, text)
+    return True
 
 
 # -------------------------------------------- the plumbing every worker role shares

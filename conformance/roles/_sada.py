@@ -17,8 +17,9 @@ from nfgate.codecs._base import Message
 from nfgate.codecs.sada import channel_identity
 from nfgate.codecs.sada.messages import PROTO_ASCII, PROTO_BYTE, Ping, Pong
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, Source
-from nfgate.conformance.link import Watched
+from nfgate.conformance.link import Watched, send_routed
 from nfgate.conformance.model import Clause
+from nfgate.edges import peer_label
 
 __all__ = [
     "SECTIONS",
@@ -98,7 +99,7 @@ class RouterPeer(Watched):
             return None
         identity, frames = parts[0], parts[1:]
         message, text = ctx.wire.decode(frames)
-        ctx.record("received", f"{self.label} from {_name(identity)}", frames, text)
+        ctx.record("received", f"{self.label} from {peer_label(identity)}", frames, text)
         got = Received(frames=tuple(frames), message=message, text=text, identity=identity)
         ctx.observe(got)
         if self.peer is None:
@@ -113,23 +114,7 @@ class RouterPeer(Watched):
         self, ctx: CaseContext, message: Message | list[bytes], to: bytes | None = None, note: str = ""
     ) -> bool:
         target = to if to is not None else self.peer
-        if target is None:
-            return False
-        if isinstance(message, Message):
-            frames = ctx.wire.encode(message)
-            text = repr(message)
-        else:
-            frames = list(message)
-            text = note or ctx.wire.decode(frames)[1]
-        try:
-            self.sock.send_multipart([target, *frames], zmq.NOBLOCK)
-        except zmq.ZMQError as exc:
-            ctx.record(
-                "sent", f"{self.label} to {_name(target)}", frames, f"{text}  [not sent: {exc.strerror}]"
-            )
-            return False
-        ctx.record("sent", f"{self.label} to {_name(target)}", frames, text)
-        return True
+        return target is not None and send_routed(ctx, self.sock, target, message, f"{self.label} to", note)
 
     def send(
         self, ctx: CaseContext, message: Message | list[bytes], to: bytes | None = None, note: str = ""
@@ -158,13 +143,13 @@ class RouterPeer(Watched):
                     self.sock.send_multipart([identity, *frames], zmq.NOBLOCK)
                 except zmq.ZMQError:
                     continue
-                ctx.record("sent", f"{self.label} to {_name(identity)}", frames, text)
+                ctx.record("sent", f"{self.label} to {peer_label(identity)}", frames, text)
                 self.peer = identity
                 return identity
             if time.monotonic() >= end:
                 break
             time.sleep(TRY_S)
-        raise NoAnswer(f"route to the peer (tried {', '.join(_name(c) for c in candidates)})", window_s)
+        raise NoAnswer(f"route to the peer (tried {', '.join(peer_label(c) for c in candidates)})", window_s)
 
     def close(self) -> None:
         self.sock.close(0)
@@ -203,9 +188,3 @@ def invalid_inputs(version: bytes) -> list[tuple[str, str, list[bytes]]]:
         ("7", "an INTR with an odd number of service frames", [b"", version, b"INTR", b"svc"]),
         ("8", "a message of 200 frames", [b"", version, b"INTR", *([b"x"] * 197)]),
     ]
-
-
-def _name(identity: bytes) -> str:
-    if identity and all(0x21 <= b < 0x7F for b in identity):
-        return identity.decode("ascii")
-    return "id-" + identity.hex()
