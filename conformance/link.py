@@ -29,6 +29,7 @@ __all__ = [
     "detect_from_hello",
     "link",
     "open_link",
+    "registered_link",
     "send_routed",
 ]
 
@@ -211,6 +212,16 @@ def link(ctx: CaseContext) -> RouterLink:
     """The run's :class:`RouterLink` (kept in the session state by :func:`open_link`)."""
     found: RouterLink = ctx.state["link"]
     return found
+
+
+def registered_link(ctx: CaseContext, hello: str) -> RouterLink:
+    """The link once the worker under test has registered (its ``hello`` message, e.g.
+    "READY", was seen), with what queued up since read; raises NoAnswer otherwise."""
+    lk = link(ctx)
+    if not lk.service:
+        raise NoAnswer(f"{hello} from a worker", ctx.state.get("hello_wait", 0.0))
+    lk.drain(ctx)
+    return lk
 
 
 def open_link(

@@ -11,7 +11,15 @@ from nfgate.codecs._base import Message
 from nfgate.codecs.dcp.codec import PROTOCOL
 from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Reply, Request
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, describe
-from nfgate.conformance.link import RouterLink, alive_probe, close_link, detect_from_hello, link, open_link
+from nfgate.conformance.link import (
+    RouterLink,
+    alive_probe,
+    close_link,
+    detect_from_hello,
+    link,
+    open_link,
+    registered_link,
+)
 from nfgate.conformance.registry import Role, Session, register_role
 from nfgate.conformance.roles import _dcp
 from nfgate.conformance.roles._dcp import clause
@@ -66,11 +74,8 @@ case = ROLE.case
 
 
 def registered(ctx: CaseContext) -> RouterLink:
-    lk = link(ctx)
-    if not lk.service:
-        raise NoAnswer("REGISTRATION from a worker", ctx.state.get("hello_wait", 0.0))
-    lk.drain(ctx)
-    return lk
+    """The link, once a worker has registered; raises NoAnswer otherwise."""
+    return registered_link(ctx, "REGISTRATION")
 
 
 def request(

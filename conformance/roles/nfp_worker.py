@@ -10,7 +10,15 @@ from collections.abc import Callable
 
 from nfgate.codecs.nfp.messages import BROKER, WORKER, Delete, Get, Keepalive, Open, Post, Ready, Response
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, describe
-from nfgate.conformance.link import RouterLink, alive_probe, close_link, detect_from_hello, link, open_link
+from nfgate.conformance.link import (
+    RouterLink,
+    alive_probe,
+    close_link,
+    detect_from_hello,
+    link,
+    open_link,
+    registered_link,
+)
 from nfgate.conformance.registry import Role, Session, register_role
 from nfgate.conformance.roles import _nfp
 from nfgate.conformance.roles._nfp import JOB_BODY, SPEC_STATUSES, clause, new_uuid, norfab
@@ -73,11 +81,7 @@ case = ROLE.case
 
 def registered(ctx: CaseContext) -> RouterLink:
     """The link, once a worker has registered; raises NoAnswer otherwise."""
-    lk = link(ctx)
-    if lk.service == "":
-        raise NoAnswer("READY from a worker", ctx.state.get("hello_wait", 0.0))
-    lk.drain(ctx)
-    return lk
+    return registered_link(ctx, "READY")
 
 
 def send_job(
