@@ -214,10 +214,12 @@ class Gateway:
         # Two phases: every edge's queued sends, then commits. An NFP job dispatched to a
         # DCP worker then starts while the NFP edge fsyncs its record, not after.
         edges = self.edges.values()
-        for edge in edges:
-            edge.flush_sends(now)
-        for edge in edges:
-            edge.flush(now)
+        for edge, flush in [*((e, e.flush_sends) for e in edges), *((e, e.flush) for e in edges)]:
+            try:
+                flush(now)
+            except Exception:  # as in step(): one edge's bug must not stop the others
+                self.internal_errors += 1
+                log.exception("internal error in %s of edge %s", flush.__name__, edge.name)
 
     def _wait(self, now: int, cap: int) -> int:
         deadlines = [d for d in (e.next_deadline() for e in self.edges.values()) if d is not None]

@@ -30,6 +30,7 @@ The store never reads a clock: callers pass ``now_ms``.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import sqlite3
@@ -132,6 +133,7 @@ class JobStore:
         self._wal_ino = 0
         self._durable = False  # the open transaction holds a write that needs the fsync
         self._sync_error: OSError | None = None
+        self._lost: sqlite3.Error | None = None  # a write failed and SQLite rolled the batch back
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # check_same_thread off: the store is used by one thread at a time, but that
@@ -177,15 +179,49 @@ class JobStore:
         """Commit the open transaction (no-op when none is open), then fsync the WAL if
         it held a job record or a durable :meth:`begin` (and ``fsync`` is on).
 
-        Raises :class:`sqlite3.Error` if the COMMIT fails, :class:`OSError` if the fsync
-        does: then nothing of the batch may be acknowledged.
+        Raises :class:`sqlite3.Error` if the COMMIT fails or a write of the batch made
+        SQLite roll the batch back (both leave no transaction open), :class:`OSError` if
+        the fsync fails: then nothing of the batch may be acknowledged.
         """
+        lost, self._lost = self._lost, None
+        if lost is not None:  # the batch's earlier writes are gone: it must not be acknowledged
+            self.rollback()
+            raise sqlite3.OperationalError(f"the batch was rolled back: {lost}")
         if self._db.in_transaction:
-            self._db.execute("COMMIT")
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error:
+                self.rollback()
+                raise
         if self._durable:
             self._durable = False  # committed: a failed sync poisons the store (_sync_wal)
             if self.fsync and self._wal:
                 self._sync_wal()
+
+    def rollback(self) -> None:
+        """Drop the open transaction, if any (after a failed write or commit, so the next
+        batch starts clean). Never raises: a connection that cannot roll back fails its
+        next write instead."""
+        self._durable = False
+        self._lost = None
+        if self._db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+
+    def _write(self, sql: str, params: Sequence[object]) -> sqlite3.Cursor:
+        """Execute one write. Raises :class:`sqlite3.Error`; when the error made SQLite
+        roll back the whole open batch (it may, for SQLITE_FULL or an I/O error, where a
+        constraint only undoes the statement), :meth:`commit` raises too, so that no
+        write of the batch is acknowledged as stored."""
+        if self._lost is not None and not self._db.in_transaction:
+            self._db.execute("BEGIN")  # the rest of a lost batch stays together, to be rolled back
+        batch = self._db.in_transaction
+        try:
+            return self._db.execute(sql, params)
+        except sqlite3.Error as exc:
+            if batch and not self._db.in_transaction:
+                self._lost = exc
+            raise
 
     def _sync_wal(self) -> None:
         """Make every commit so far durable: what ``synchronous=FULL`` does in WAL mode.
@@ -244,7 +280,7 @@ class JobStore:
         Raises :class:`sqlite3.Error` (SQLite) or :class:`OSError` (the fsync).
         """
         try:
-            self._db.execute(
+            self._write(
                 "INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     job.uuid,
@@ -268,12 +304,12 @@ class JobStore:
 
     def set_state(self, uuid: str, state: JobState) -> None:
         """Needs no fsync (it acknowledges nothing). Raises :class:`sqlite3.Error`."""
-        self._db.execute("UPDATE jobs SET state = ? WHERE uuid = ?", (state.value, uuid))
+        self._write("UPDATE jobs SET state = ? WHERE uuid = ?", (state.value, uuid))
 
     def add_result(self, uuid: str, worker: str, status: int, body: Sequence[bytes], now_ms: int) -> None:
         """Keep ``worker``'s result for ``uuid`` (a later one from the same worker replaces it).
         Needs no fsync (it acknowledges nothing). Raises :class:`sqlite3.Error`."""
-        self._db.execute(
+        self._write(
             "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?)",
             (uuid, worker, status, _pack(body), now_ms),
         )
@@ -308,7 +344,7 @@ class JobStore:
         Raises :class:`sqlite3.Error`.
         """
         boundary = self._first_rowid_at(older_than_ms)
-        cur = self._db.execute(
+        cur = self._write(
             "DELETE FROM jobs WHERE rowid IN (SELECT rowid FROM jobs WHERE rowid < ? AND created_ms < ?"
             " AND state NOT IN (?, ?) ORDER BY rowid LIMIT ?)",
             (boundary, older_than_ms, *(s.value for s in UNFINISHED), limit),

@@ -312,6 +312,11 @@ class NfpEdge(RouterEdge):
 
     # ------------------------------------------------------------------ timers
 
+    def command_later(self, command: Command) -> None:
+        """Give ``command`` to the core at the next tick (from :meth:`flush`, which
+        returns nothing): the next loop iteration, at once."""
+        self._late.append(command)
+
     def tick(self, now_ms: int) -> list[Command]:
         late, self._late = self._late, []
         self.jobs.expire(now_ms)  # when due

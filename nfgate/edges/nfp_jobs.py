@@ -70,6 +70,11 @@ def to_target(parsed: str | tuple[str, ...]) -> Target:
     return Target(kind=TargetKind.NAMED, names=tuple(parsed))
 
 
+def _error_response(service: str, uuid: str, status: int, reason: str) -> Response:
+    body = nfpjson.error_body(uuid, service, "FAILED", [reason])
+    return Response(header=BROKER, service=service or "-", uuid=uuid or "-", status=status, body=(body,))
+
+
 class _Job:
     __slots__ = (
         "announced",
@@ -78,8 +83,10 @@ class _Job:
         "core_id",
         "dialect",
         "recovered",
+        "refused",
         "service",
         "target",
+        "told",
         "uuid",
     )
 
@@ -93,6 +100,8 @@ class _Job:
         self.announced: list[str] = []  # worker names the client was told (NorFab's 202)
         self.answered: set[str] = set()
         self.recovered = False
+        self.refused = False  # its record could not be stored: the client gets 500, not 202
+        self.told = False  # the client has had that 500
 
 
 class NfpJobs:
@@ -104,7 +113,11 @@ class NfpJobs:
         self._clock = clock
         self._live: dict[int, _Job] = {}
         self._by_uuid: dict[str, _Job] = {}
-        self._outbox: list[tuple[bytes, list[bytes]]] = []
+        # Messages for clients, held until the batch's commit; each with the job it is
+        # about (None for GET answers and errors), so a refused job's can be replaced.
+        self._outbox: list[tuple[bytes, list[bytes], _Job | None]] = []
+        self._batch: list[_Job] = []  # jobs whose records the open transaction holds
+        self._failing = False  # the last durable commit failed (logged once per outage)
         self._next_expiry: int | None = None  # monotonic ms of the next purge (None: at once)
 
     @property
@@ -152,11 +165,16 @@ class NfpJobs:
     def get(self, peer: Peer, dialect: str, msg: Get) -> None:
         uuid, service = msg.uuid, msg.service or ""
         job = self._by_uuid.get(uuid)
-        record = None if job is not None else self._store.get(uuid)
+        try:
+            record = None if job is not None else self._store.get(uuid)
+            results = [] if job is None and record is None else self._store.results(uuid)
+        except sqlite3.Error as exc:
+            self._store_failed(exc)
+            self._error(peer.address, dialect, service, uuid, Status.ERROR, "job store unavailable")
+            return
         if job is None and record is None:
             self._error(peer.address, dialect, service, uuid, Status.UNKNOWN, "unknown job uuid")
             return
-        results = self._store.results(uuid)
         try:
             wanted = parse_target(msg.target or "")
         except DecodeError:
@@ -230,25 +248,33 @@ class NfpJobs:
             names = list(dict.fromkeys([*names, *request.target.names]))
         if job.recovered:
             return []
-        self._store.begin()
-        added = self._store.add(
-            JobRecord(
-                uuid=uuid,
-                service=job.service,
-                target=job.target,
-                edge=self._edge.name,
-                protocol=f"nfp/{job.dialect}",
-                client=job.client,
-                body=request.body,
-                created_ms=self._clock(),
-                state=JobState.DISPATCHED if out.workers else JobState.QUEUED,
+        try:
+            self._store.begin()
+            added = self._store.add(
+                JobRecord(
+                    uuid=uuid,
+                    service=job.service,
+                    target=job.target,
+                    edge=self._edge.name,
+                    protocol=f"nfp/{job.dialect}",
+                    client=job.client,
+                    body=request.body,
+                    created_ms=self._clock(),
+                    state=JobState.DISPATCHED if out.workers else JobState.QUEUED,
+                )
             )
-        )
+        except sqlite3.Error as exc:  # e.g. the disk is full: refuse the job, keep serving
+            self._store_failed(exc)
+            cancel = self._refuse(job)
+            job.told = True
+            self._error(job.client, job.dialect, job.service, uuid, Status.ERROR, self._refusal(exc))
+            return [cancel]
         if not added:  # a uuid some earlier job used: refuse it, undo the routing
             del self._live[request.id]
             del self._by_uuid[uuid]
             self._error(job.client, job.dialect, job.service, uuid, Status.UNKNOWN, "job uuid already used")
             return [Cancel(peer=request.reply_to, job_id=str(request.id))]
+        self._batch.append(job)
         self._ack(job, names)
         return []
 
@@ -259,7 +285,30 @@ class NfpJobs:
             job.client,
             job.dialect,
             Response(header=BROKER, service=job.service, uuid=job.uuid, status=Status.ACCEPTED, body=(body,)),
+            job,
         )
+
+    def _refuse(self, job: _Job) -> Cancel:
+        """Give up a job whose record could not be stored: no 202 may be sent for it.
+        The client is told 500 instead (by the caller, or by :meth:`flush` in place of
+        the held 202), its uuid is free to be POSTed again, and the returned Cancel
+        stops the core's copy (a worker running it is told, as for a DELETE)."""
+        job.refused = True
+        self._by_uuid.pop(job.uuid, None)
+        self.count("jobs_refused")
+        return Cancel(peer=self._edge.peer(job.client), job_id=str(job.core_id))
+
+    @staticmethod
+    def _refusal(exc: BaseException) -> str:
+        return f"job store unavailable, job not accepted: {exc}"
+
+    def _store_failed(self, exc: BaseException) -> None:
+        """Count a failed store operation; log the first of an outage at ERROR (not one
+        line per request while the disk stays full)."""
+        self.count("store_errors")
+        if not self._failing:
+            self._failing = True
+            log.error("%s: the job store failed, new jobs are refused with 500: %s", self._edge.name, exc)
 
     def deliver(self, out: Deliver) -> None:
         reply = out.reply
@@ -268,6 +317,13 @@ class NfpJobs:
             self.count("deliver_unknown")
             return
         name = reply.worker_name or (self._edge.label(reply.worker) if reply.worker else "")
+        if job.refused:  # the client was told 500; only the core's final word is awaited
+            if out.final:
+                del self._live[reply.id]
+                # Its record reached the database if only the fsync failed: it must not
+                # be dispatched again after a restart.
+                self._stored(self._store.set_state, job.uuid, JobState.CANCELLED)
+            return
         if reply.interim:
             self._interim(job, reply.status, reply.progress, reply.body)
             return
@@ -279,14 +335,16 @@ class NfpJobs:
             name = key
         else:
             status, body = reply.status, reply.body or (b"",)
-        # A result acknowledges nothing: no fsync for it (JobStore's module docstring).
-        self._store.begin(durable=False)
         if status != STATUS_CANCELLED:
-            self._store.add_result(job.uuid, name, status, body, self._clock())
+            # A result acknowledges nothing: no fsync for it (JobStore's module docstring).
+            # One that cannot be stored is relayed all the same: the client is waiting
+            # for it, and only a later GET misses it.
+            self._stored(self._store.add_result, job.uuid, name, status, body, self._clock())
             self._send(
                 job.client,
                 job.dialect,
                 Response(header=BROKER, service=job.service, uuid=job.uuid, status=status, body=body),
+                job,
             )
         if out.final:
             state = (
@@ -294,9 +352,17 @@ class NfpJobs:
                 if status == STATUS_CANCELLED
                 else (JobState.FAILED if out.reason else JobState.DONE)
             )
-            self._store.set_state(job.uuid, state)
+            self._stored(self._store.set_state, job.uuid, state)
             del self._live[reply.id]
             self._by_uuid.pop(job.uuid, None)
+
+    def _stored(self, write: Callable[..., None], *args: Any) -> None:
+        """Run one store write that acknowledges nothing; a failure is counted, not raised."""
+        try:
+            self._store.begin(durable=False)
+            write(*args)
+        except sqlite3.Error as exc:
+            self._store_failed(exc)
 
     def _key(self, job: _Job, name: str) -> str:
         """The name a NorFab client expects this result under (see keyed_result)."""
@@ -329,6 +395,7 @@ class NfpJobs:
             job.client,
             job.dialect,
             cls(header=BROKER, service=job.service, uuid=job.uuid, status=status, body=body or (b"",)),
+            job,
         )
 
     # ------------------------------------------------------------ restart
@@ -366,27 +433,52 @@ class NfpJobs:
 
     def _error(self, address: bytes, dialect: str, service: str, uuid: str, status: int, reason: str) -> None:
         self.count("client_errors")
-        body = nfpjson.error_body(uuid, service, "FAILED", [reason])
-        self._send(
-            address,
-            dialect,
-            Response(header=BROKER, service=service or "-", uuid=uuid or "-", status=status, body=(body,)),
-        )
+        self._send(address, dialect, _error_response(service, uuid, status, reason))
 
-    def _send(self, address: bytes, dialect: str, message: Response | Event | Stream) -> None:
+    def _send(
+        self, address: bytes, dialect: str, message: Response | Event | Stream, job: _Job | None = None
+    ) -> None:
         frames = self._edge.encode(message, dialect)
         if frames is not None:
-            self._outbox.append((address, frames))
+            self._outbox.append((address, frames, job))
 
     def flush(self) -> None:
-        """Commit the batch's job records, then send what was held for them."""
-        if not self._outbox:
+        """Commit the batch's job records, then send what was held for them.
+
+        If the commit fails (SQLite error, failed fsync), every job whose record was in
+        the batch is refused (:meth:`_refuse`): its held 202 becomes a 500, whatever else
+        was held for it is dropped, and the core cancels it at the next tick. The rest of
+        the outbox (results, GET answers) still goes out.
+        """
+        batch, self._batch = self._batch, []
+        try:
             self._store.commit()
+        except (sqlite3.Error, OSError) as exc:
+            self._store_failed(exc)
+            for job in batch:
+                self._edge.command_later(self._refuse(job))
+            refusal = self._refusal(exc)
+        else:
+            refusal = ""
+            if batch and self._failing:
+                self._failing = False
+                log.warning("%s: the job store works again, jobs are accepted", self._edge.name)
+        if not self._outbox:
             return
-        self._store.commit()
         outbox, self._outbox = self._outbox, []
-        for address, frames in outbox:
-            self._edge.send(address, frames)
+        send = self._edge.send
+        for address, held, about in outbox:
+            frames: list[bytes] | None = held
+            if about is not None and about.refused:
+                if about.told:
+                    continue
+                about.told = True
+                frames = self._refusal_frames(about, refusal)
+            if frames is not None:
+                send(address, frames)
+
+    def _refusal_frames(self, job: _Job, reason: str) -> list[bytes] | None:
+        return self._edge.encode(_error_response(job.service, job.uuid, Status.ERROR, reason), job.dialect)
 
     # ------------------------------------------------------------ retention
 

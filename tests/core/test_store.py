@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import attrs
 import msgpack
 import pytest
 
@@ -308,4 +309,44 @@ def test_expire_follows_the_retention(tmp_path: Path) -> None:
     assert store.expire(now_ms=1102, limit=10) == 2  # created before 102
     assert store.expire(now_ms=6000, limit=2) == 2 and store.expire(now_ms=6000, limit=2) == 1
     assert store.get("young") is not None
+    store.close()
+
+
+def full(store: JobStore) -> None:
+    """Make the database "full" (SQLITE_FULL) from its next new page on."""
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count={pages}")
+
+
+def test_a_write_that_makes_sqlite_roll_the_batch_back_fails_its_commit(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite")
+    store.add(job("stored"))
+    full(store)
+    store.begin()
+    store.add(job("first"))  # fits in a page the table already has
+    with pytest.raises(sqlite3.OperationalError, match="full"):
+        store.add(attrs.evolve(job("big"), body=[b"x" * 65536]))
+    # SQLite rolled the whole transaction back on SQLITE_FULL: "first" is gone, and a
+    # commit that "succeeded" would let its 202 go out for a record that is not stored.
+    assert not store._db.in_transaction
+    store.add(job("after"))  # still part of the lost batch, not autocommitted on its own
+    with pytest.raises(sqlite3.OperationalError, match="rolled back"):
+        store.commit()
+    assert [store.get(u) is not None for u in ("stored", "first", "after")] == [True, False, False]
+    store._db.execute("PRAGMA max_page_count=1073741823")
+    store.begin()
+    store.add(job("next"))
+    store.commit()  # the next batch is clean
+    assert store.get("next") == job("next")
+    store.close()
+
+
+def test_a_constraint_error_undoes_only_its_statement(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite")
+    store.begin()
+    assert store.add(job("a"))
+    with pytest.raises(sqlite3.IntegrityError):  # a result for no job: the foreign key
+        store.add_result("nope", "w1", 200, [b"r"], now_ms=1)
+    store.commit()  # the batch itself is intact
+    assert store.get("a") == job("a")
     store.close()

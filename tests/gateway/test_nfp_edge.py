@@ -375,3 +375,82 @@ def test_a_failing_purge_is_counted_and_the_broker_goes_on(
         assert get(w).uuid == job  # type: ignore[attr-defined]
     finally:
         finish(running)  # asserts that no internal error was logged
+
+
+def store_of(running: Running) -> JobStore:
+    return running.gateway.edges["nfp"].jobs._store  # type: ignore[attr-defined, no-any-return]
+
+
+def test_a_full_job_store_refuses_new_jobs_with_500_and_the_broker_goes_on(tmp_path: Path) -> None:
+    running = start_gateway(tmp_path)
+    try:
+        w = spec_worker(running, "echo", b"w1")
+        client = running.dealer("nfp")
+        store = store_of(running)
+        # SQLite's own "database or disk is full", from a page limit: the INSERT of the
+        # job record fails (and SQLite rolls back the loop iteration's transaction).
+        pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+        store._db.execute(f"PRAGMA max_page_count={pages}")
+        refused = post(client, "echo", b"x" * 65536)
+        answer = get(client)
+        assert isinstance(answer, Response) and answer.status == 500 and answer.uuid == refused
+        assert "job store unavailable" in json.loads(answer.body[0])["errors"][0]
+        # The worker may have had the job already (dispatch goes before the commit): it
+        # is told to drop it, as for a DELETE.
+        first = get(w)
+        if isinstance(first, Post):
+            assert first.uuid == refused
+            cancel = get(w)
+            assert isinstance(cancel, Delete) and cancel.uuid == refused
+        else:
+            assert isinstance(first, Delete) and first.uuid == refused
+        stats = running.gateway.edges["nfp"].stats()
+        assert stats["jobs_refused"] == 1 and stats["store_errors"] >= 1
+        send(client, Get(header=CLIENT, service="echo", target="any", uuid=refused, body=(b"",)))
+        assert get(client).status == 400  # type: ignore[attr-defined]  # never stored
+
+        store._db.execute("PRAGMA max_page_count=1073741823")  # space again: jobs are accepted
+        job = post(client, "echo", b"ping")
+        assert get(client).status == 202  # type: ignore[attr-defined]
+        dispatched = get(w)
+        assert isinstance(dispatched, Post) and dispatched.uuid == job
+        send(w, Response(header=WORKER, service="echo", uuid=job, status=200, body=(b"pong",)))
+        assert get(client).body == (b"pong",)  # type: ignore[attr-defined]
+    finally:
+        finish(running)  # asserts that no internal error was logged
+
+
+def test_a_failed_fsync_refuses_the_batch_and_every_later_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nfgate.store
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(nfgate.store, "_datasync", broken)
+    running = start_gateway(tmp_path)
+    try:
+        client = running.dealer("nfp")
+        jobs = []
+        for _ in range(2):  # the second: a failed fsync poisons the store (store.py says why)
+            jobs.append(post(client, "queued", b"x"))
+            answer = get(client)
+            assert isinstance(answer, Response) and answer.status == 500 and answer.uuid == jobs[-1]
+        # The records did reach the database (only the sync failed), so they are marked
+        # cancelled once the core has dropped them: a restart must not dispatch them.
+        reader = sqlite3.connect(store_of(running).path)  # the loop's connection is its own
+        try:
+
+            def states() -> list[str]:
+                rows = reader.execute("SELECT state FROM jobs WHERE uuid IN (?, ?)", jobs).fetchall()
+                return [row[0] for row in rows]
+
+            until(lambda: states() == ["cancelled", "cancelled"])
+        finally:
+            reader.close()
+        assert running.gateway.edges["nfp"].stats()["jobs_refused"] == 2
+        w = spec_worker(running, "queued", b"w1")
+        assert quiet(w)  # the refused jobs were taken out of the queue
+    finally:
+        finish(running)
