@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import zmq
 
 from nfgate.codecs import dcp
 from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Reply, Request
 
-from .conftest import Running, nothing, recv
+from .conftest import Running, finish, nothing, recv, start_gateway, until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -132,3 +134,32 @@ def test_garbage_does_not_disturb_other_peers(gw: Running) -> None:
     serve_one(w)
     assert get(client).metadata == (b"ok",)  # type: ignore[attr-defined]
     assert gw.gateway.edges["dcp"].stats()["undecodable"] >= 3
+
+
+def test_a_bug_in_one_edges_flush_is_counted_and_the_loop_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nfgate.edges.nfp import NfpEdge
+
+    calls = {"n": 0}
+    flush = NfpEdge.flush
+
+    def buggy(self: NfpEdge, now_ms: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a bug")
+        flush(self, now_ms)
+
+    monkeypatch.setattr(NfpEdge, "flush", buggy)
+    running = start_gateway(tmp_path)
+    try:
+        until(lambda: running.gateway.internal_errors == 1)
+        w = worker(running, b"echo")  # the loop still runs, and the DCP edge still flushes
+        client = running.dealer("dcp")
+        send(client, Request(service=b"echo", metadata=(b"m",), data=(b"x",)))
+        serve_one(w)
+        assert get(client) == Reply(client=None, metadata=(b"m",), data=(b"x", b""))
+        assert calls["n"] > 1
+    finally:
+        running.gateway.internal_errors -= 1  # the one provoked; finish() asserts none other
+        finish(running)
