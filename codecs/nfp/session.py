@@ -91,8 +91,13 @@ def step(state: PeerState, header: bytes, message_type: str) -> tuple[PeerState,
     return TRANSITIONS.get((state, header, message_type), (state, Action.UNEXPECTED))
 
 
+# One encoder for every body: json.dumps with options builds a JSONEncoder per call,
+# which cost about as much as the encoding of a 202 body itself.
+_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    return _ENCODER.encode(value).encode()
 
 
 def accepted_body(uuid: str, service: str, target: str, workers: Iterable[str]) -> bytes:
