@@ -32,6 +32,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
+import fcntl
+import logging
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -45,6 +48,8 @@ from nfgate.errors import ConfigError
 from nfgate.frames import bytes_tuple
 
 __all__ = ["JobRecord", "JobState", "JobStore", "StoredResult"]
+
+log = logging.getLogger("nfgate.store")
 
 # What SQLite itself syncs the WAL with where it exists (Linux): data and size, not mtime.
 _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
@@ -118,6 +123,32 @@ def _unpack(blob: bytes) -> tuple[bytes, ...]:
     return tuple(msgpack.unpackb(blob, raw=False))
 
 
+def _lock(path: Path) -> int | None:
+    """Take the store's lock file (an exclusive ``flock``) and write our pid in it; return
+    its descriptor, which holds the lock until closed or the process dies (kill -9 too).
+
+    Why: two gateways on one data dir would both dispatch the unfinished jobs again at
+    start, and run them twice. Raises :class:`ConfigError` naming the holder's pid when
+    another process has it, :class:`OSError` when the file cannot be opened. A file
+    system without locks (``ENOLCK``, some network mounts) is logged and not locked.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise ConfigError(f"the job store {path.parent} is in use by another nfgate (pid {holder})") from None
+    except OSError as exc:
+        if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+            os.close(fd)
+            raise
+        log.warning("cannot lock %s (%s): nothing stops a second nfgate using this data dir", path, exc)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class JobStore:
     """SQLite-backed job records. One instance per process; not thread-safe by design
     (the gateway has one event-loop thread).
@@ -134,8 +165,10 @@ class JobStore:
         self._durable = False  # the open transaction holds a write that needs the fsync
         self._sync_error: OSError | None = None
         self._lost: sqlite3.Error | None = None  # a write failed and SQLite rolled the batch back
+        self._lock_fd: int | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = _lock(Path(f"{self.path}.lock"))
             # check_same_thread off: the store is used by one thread at a time, but that
             # thread (the gateway loop) need not be the one that opened it.
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -149,7 +182,13 @@ class JobStore:
             # The WAL is named after the database file as SQLite resolved it (symlinks).
             self._wal_path = Path(self._db.execute("PRAGMA database_list").fetchone()[2] + "-wal")
         except (OSError, sqlite3.Error) as exc:
+            self._unlock()
             raise ConfigError(f"cannot open the job store {self.path}: {exc}") from None
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
 
     def close(self) -> None:
         """Commit what is open and close. Raises what :meth:`commit` raises (and still closes)."""
@@ -160,6 +199,7 @@ class JobStore:
             if self._wal_fd is not None:
                 os.close(self._wal_fd)
                 self._wal_fd = None
+            self._unlock()
 
     def begin(self, durable: bool = True) -> None:
         """Group the writes that follow into one transaction, until :meth:`commit`.

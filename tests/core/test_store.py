@@ -350,3 +350,30 @@ def test_a_constraint_error_undoes_only_its_statement(tmp_path: Path) -> None:
     store.commit()  # the batch itself is intact
     assert store.get("a") == job("a")
     store.close()
+
+
+def test_one_gateway_per_data_dir_until_the_holder_dies(tmp_path: Path) -> None:
+    db = tmp_path / "jobs.sqlite"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import time; from nfgate.store import JobStore; JobStore({str(db)!r});"
+            "print('open', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+        # Two gateways on one data dir would both dispatch its unfinished jobs again.
+        with pytest.raises(ConfigError, match=rf"in use by another nfgate \(pid {holder.pid}\)"):
+            JobStore(db)
+    finally:
+        holder.kill()  # SIGKILL: no chance to unlock
+        holder.wait(timeout=10)
+    store = JobStore(db)  # the lock died with its holder
+    with pytest.raises(ConfigError, match=rf"pid {os.getpid()}"):
+        JobStore(db)
+    store.close()
+    JobStore(db).close()  # close() releases it

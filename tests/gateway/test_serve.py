@@ -240,3 +240,13 @@ def test_metrics_port_in_use_is_one_line_exit_2(tmp_path: Path) -> None:
         done = run_bad("--data-dir", str(tmp_path), *RANDOM, "--metrics", f"http://127.0.0.1:{port}")
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "metrics" in done.stderr, done.stderr
+
+
+def test_a_second_gateway_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    first = start("--data-dir", str(tmp_path), *RANDOM)
+    try:
+        done = run_bad("--data-dir", str(tmp_path), *random_bind_args())
+        assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+        assert f"in use by another nfgate (pid {first.proc.pid})" in done.stderr
+    finally:
+        assert stop(first) == 0
