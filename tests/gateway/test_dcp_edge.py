@@ -70,8 +70,10 @@ def test_pipelined_requests_one_at_a_time_per_worker(gw: Running) -> None:
     for i in range(10):
         send(client, Request(service=b"echo", metadata=(str(i).encode(),), data=(b"d%d" % i,)))
     for _ in range(10):
-        serve_one(w)
-        assert nothing(w, 50) or True  # the next one comes only after this reply (checked below)
+        request = get(w)
+        assert isinstance(request, Request)
+        assert nothing(w, 50)  # no second request while this one is held
+        send(w, Reply(client=request.client, metadata=request.metadata, data=request.data))
     replies = {get(client).metadata[0] for _ in range(10)}  # type: ignore[attr-defined]
     assert replies == {str(i).encode() for i in range(10)}
 
