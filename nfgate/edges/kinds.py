@@ -138,6 +138,7 @@ KINDS: dict[str, EdgeKind] = {
                 "udp": (address_option, UDP_DEFAULT),  # heartbeat datagrams; default: the ROUTER's host:port
                 "beacon": (address_option, BEACON_DEFAULT),  # where SHALOM <port> goes; "" = off
                 "beacon_interval_ms": (interval_option, 1000),
+                **CURVE_OPTIONS,  # the ROUTER only: UDP heartbeats and the beacon stay plain
             },
             summary="DBP catalog (spec and Hermes dialects): info, registration, UDP heartbeats, beacon",
         ),

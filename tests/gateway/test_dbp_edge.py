@@ -682,3 +682,32 @@ def test_a_request_the_core_gave_up_on_does_not_block_the_next(tmp_path: Path) -
         unit.close()
         store.close()
         context.term()
+
+
+def test_curve_on_the_dbp_router(tmp_path: Path) -> None:
+    """design.md: ZeroMQ edges support CURVE. A CURVE client is answered; a plain one is not."""
+    import zmq.auth
+
+    _, secret_file = zmq.auth.create_certificates(tmp_path, "broker")
+    server_public, _ = zmq.auth.load_certificate(secret_file)
+    client_public, client_secret = zmq.auth.load_certificate(
+        zmq.auth.create_certificates(tmp_path, "client")[1]
+    )
+    running = start_gateway(tmp_path, f'[edges.dbp]\ncurve_secret_key = "{secret_file}"\n')
+    try:
+        assert edge(running).curve_public_key == server_public.decode()
+        secured = running.context.socket(zmq.DEALER)
+        secured.setsockopt(zmq.LINGER, 0)
+        secured.setsockopt(zmq.RCVTIMEO, RECV_MS)
+        secured.curve_serverkey = server_public
+        secured.curve_publickey, secured.curve_secretkey = client_public, client_secret
+        secured.connect(running.endpoint("dbp"))
+        try:
+            assert info(running, "nope", secured) == {"name": "nope", "status": "unknown"}
+        finally:
+            secured.close(0)
+        plain = running.dealer("dbp")
+        send(plain, dbp.Request(time=now(), query="nope"))
+        assert nothing(plain, 500)
+    finally:
+        finish(running)
