@@ -377,3 +377,47 @@ def test_one_gateway_per_data_dir_until_the_holder_dies(tmp_path: Path) -> None:
         JobStore(db)
     store.close()
     JobStore(db).close()  # close() releases it
+
+
+def _checkpoint_threads() -> int:
+    import threading
+
+    return sum(t.name == "nfgate-checkpoint" for t in threading.enumerate())
+
+
+def test_without_fsync_a_thread_copies_the_wal_into_the_database(tmp_path: Path) -> None:
+    import time
+
+    db = tmp_path / "jobs.sqlite"
+    others = _checkpoint_threads()  # stores other tests left open
+    store = JobStore(db, fsync=False, checkpoint_s=0.01)
+    try:
+        schema_only = db.stat().st_size
+        store.begin()
+        for i in range(200):  # some 60 WAL pages: far below SQLite's own checkpoint at 1000
+            store.add(attrs.evolve(job(f"u{i}"), body=[b"x" * 1000]))
+        store.commit()
+        deadline = time.monotonic() + 10
+        while db.stat().st_size == schema_only and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert db.stat().st_size > schema_only + 100_000  # the pages reached the database file
+        assert _checkpoint_threads() == others + 1
+    finally:
+        store.close()
+    assert _checkpoint_threads() == others  # close() stops it
+
+
+def test_with_fsync_the_loop_keeps_sqlites_own_checkpoints(tmp_path: Path) -> None:
+    db = tmp_path / "jobs.sqlite"
+    others = _checkpoint_threads()
+    store = JobStore(db, checkpoint_s=0.01)
+    try:
+        assert _checkpoint_threads() == others
+        schema_only = db.stat().st_size
+        store.begin()
+        for i in range(200):
+            store.add(attrs.evolve(job(f"u{i}"), body=[b"x" * 1000]))
+        store.commit()
+        assert db.stat().st_size == schema_only  # in the WAL until 1000 pages
+    finally:
+        store.close()
