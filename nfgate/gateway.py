@@ -78,6 +78,11 @@ class Gateway:
             for sock in edge.sockets():
                 self._poller.register(sock, zmq.POLLIN)
                 self._by_socket[sock] = edge
+        # End of an iteration, in two phases: every edge's queued sends, then the commits.
+        self._flushers: list[tuple[Edge, Callable[[int], None]]] = [
+            *((edge, edge.flush_sends) for edge in edges),
+            *((edge, edge.flush) for edge in edges),
+        ]
         self._wake_fd = wake_fd
         if wake_fd is not None:
             self._poller.register(wake_fd, zmq.POLLIN)
@@ -213,8 +218,7 @@ class Gateway:
     def _flush(self, now: int) -> None:
         # Two phases: every edge's queued sends, then commits. An NFP job dispatched to a
         # DCP worker then starts while the NFP edge fsyncs its record, not after.
-        edges = self.edges.values()
-        for edge, flush in [*((e, e.flush_sends) for e in edges), *((e, e.flush) for e in edges)]:
+        for edge, flush in self._flushers:
             try:
                 flush(now)
             except Exception:  # as in step(): one edge's bug must not stop the others

@@ -267,7 +267,9 @@ class NfpJobs:
             self._store_failed(exc)
             cancel = self._refuse(job)
             job.told = True
-            self._error(job.client, job.dialect, job.service, uuid, Status.ERROR, self._refusal(exc))
+            self._send(
+                job.client, job.dialect, _error_response(job.service, uuid, Status.ERROR, self._refusal(exc))
+            )
             return [cancel]
         if not added:  # a uuid some earlier job used: refuse it, undo the routing
             del self._live[request.id]
@@ -478,6 +480,7 @@ class NfpJobs:
                 send(address, frames)
 
     def _refusal_frames(self, job: _Job, reason: str) -> list[bytes] | None:
+        reason = reason or "job store unavailable, job not accepted"
         return self._edge.encode(_error_response(job.service, job.uuid, Status.ERROR, reason), job.dialect)
 
     # ------------------------------------------------------------ retention
