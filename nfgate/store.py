@@ -125,7 +125,7 @@ def _unpack(blob: bytes) -> tuple[bytes, ...]:
     return tuple(msgpack.unpackb(blob, raw=False))
 
 
-def _lock(path: Path) -> int | None:
+def _lock(path: Path) -> int:
     """Take the store's lock file (an exclusive ``flock``) and write our pid in it; return
     its descriptor, which holds the lock until closed or the process dies (kill -9 too).
 
@@ -192,7 +192,7 @@ class JobStore:
             # The WAL is named after the database file as SQLite resolved it (symlinks).
             self._wal_path = Path(self._db.execute("PRAGMA database_list").fetchone()[2] + "-wal")
             # Only without our fsync: then SQLite's checkpoint must first sync the WAL it
-            # fills, a stall of 5-16 ms every few hundred jobs, which the thread takes off
+            # fills, a stall of 5-17 ms every few hundred jobs, which the thread takes off
             # the loop. With it the WAL is synced already, checkpoints on the loop are
             # short, and a thread's database fsync only delays the loop's WAL fsyncs
             # (measured: commit stalls up to 38-68 ms against 8-9 ms; nfgate.checkpoint).
