@@ -13,6 +13,7 @@ exists is a command the core can act on.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -45,6 +46,21 @@ __all__ = [
 
 def _tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value)
+
+
+def _int_at_least(low: int, high: int | None = None) -> Callable[[object, attrs.Attribute[Any], Any], None]:
+    """A validator for an ``int`` in ``[low, high]``: ``TypeError`` for another type,
+    ``ValueError`` out of range. One call where ``[instance_of(int), ge(low)]`` makes
+    three (the and-validator and its two members), on every Request and Reply built."""
+
+    def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, int):
+            raise TypeError(f"'{attribute.name}' must be an int, got {value!r}")
+        if value < low or (high is not None and value > high):
+            bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+            raise ValueError(f"'{attribute.name}' must be {bound}: {value!r}")
+
+    return check
 
 
 def _nonempty_str(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -133,7 +149,7 @@ class Register:
 
     peer: Peer
     services: tuple[ServiceRef, ...] = attrs.field(converter=_tuple)
-    capacity: int = attrs.field(default=1, validator=[v.instance_of(int), v.ge(1)])
+    capacity: int = attrs.field(default=1, validator=_int_at_least(1))
     name: str = attrs.field(default="", validator=v.instance_of(str))  # NFP worker name
 
 
@@ -156,10 +172,13 @@ class Request:
     ``origin`` is the client protocol's correlation token (NFP job uuid, SADA request
     id, DCP metadata parts joined by the edge, MemoDB context) that must come back in
     the reply untouched. ``metadata`` are DCP metadata parts, echoed exactly. ``body``
-    is the payload, frames passed through opaque.
+    is the payload, frames passed through opaque. ``acknowledge``: the client's edge
+    wants the core's ``Accepted`` (NFP answers it with 202, MemoDB learns the core id);
+    an edge whose protocol has no acknowledgement turns it off, which spares the core
+    an output per request (about a tenth of a DCP relay's processing, measured).
     """
 
-    id: int = attrs.field(default=0, validator=[v.instance_of(int), v.ge(0)])
+    id: int = attrs.field(default=0, validator=_int_at_least(0))
     service: ServiceRef
     target: Target = ANY
     action: Action | None = None
@@ -168,14 +187,15 @@ class Request:
     timeout_ms: int | None = attrs.field(default=None, validator=v.optional(v.ge(0)))
     reply_to: Peer
     origin: bytes = attrs.field(default=b"", validator=v.instance_of(bytes))
+    acknowledge: bool = True
 
 
 @attrs.frozen(kw_only=True)
 class Reply:
     """The answer to :class:`Request` ``id``; ``worker`` is who produced it (None: the core)."""
 
-    id: int = attrs.field(validator=[v.instance_of(int), v.ge(0)])
-    status: int = attrs.field(validator=[v.instance_of(int), v.ge(100), v.le(599)])
+    id: int = attrs.field(validator=_int_at_least(0))
+    status: int = attrs.field(validator=_int_at_least(100, 599))
     body: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)
     metadata: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)
     worker: Peer | None = None
@@ -236,7 +256,7 @@ class Forward:
     final reply still goes to the original client, with the original correlation."""
 
     worker: Peer
-    id: int = attrs.field(validator=[v.instance_of(int), v.ge(1)])
+    id: int = attrs.field(validator=_int_at_least(1))
     service: ServiceRef
     metadata: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)
     body: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)

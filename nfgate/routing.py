@@ -243,8 +243,9 @@ class Router:
                     touched[part.bound] = None
             for peer in touched:
                 self._feed(self._workers[peer], now, out)
-        workers = tuple(p.bound or p.worker for p in job.parts if p.bound or p.worker)
-        out.insert(at, Accepted(request=req, workers=tuple(p for p in workers if p is not None)))
+        if req.acknowledge:
+            workers = tuple(p.bound or p.worker for p in job.parts if p.bound or p.worker)
+            out.insert(at, Accepted(request=req, workers=tuple(p for p in workers if p is not None)))
 
     @staticmethod
     def _add_part(job: Job, part: Part) -> None:

@@ -37,7 +37,10 @@ def _paths(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str,
 
 @click.command()
 @click.option(
-    "--scenario", type=click.Choice(["relay", "cross", "idle", "all"]), default="all", show_default=True
+    "--scenario",
+    type=click.Choice(["relay", "cross", "idle", "path", "all"]),
+    default="all",
+    show_default=True,
 )
 @click.option(
     "--duration",
@@ -118,8 +121,8 @@ def bench(
     idle_workers: int,
     out: Path | None,
 ) -> None:
-    """Benchmark the gateway against a raw pyzmq relay and the NorFab broker, and its
-    cross-protocol paths against its own NFP relay.
+    """Benchmark the gateway against a raw pyzmq relay, a lean DCP broker and the NorFab
+    broker, and its cross-protocol paths against its own NFP relay.
 
     Brokers, workers and clients run as separate processes on 127.0.0.1; every child
     is killed on exit. Progress goes to stderr, results to stdout (one JSON object per
@@ -129,7 +132,7 @@ def bench(
         importlib.import_module("psutil")  # the load processes measure the broker with it
     except ImportError:
         raise click.ClickException("bench needs psutil: pip install 'nfgate[bench]'") from None
-    from nfgate.bench import cross, runner
+    from nfgate.bench import cross, path, runner
 
     settings = Settings(
         duration=duration,
@@ -154,6 +157,9 @@ def bench(
             objects += cross.cross(settings, paths, progress)
         if scenario in ("idle", "all"):
             objects.append(runner.idle(settings, progress))
+        if scenario in ("path", "all"):
+            progress("bench: measuring the DCP path in process (no sockets)")
+            objects.append(path.path(size=size))
     except BenchError as exc:
         raise click.ClickException(str(exc)) from None
     for obj in objects:

@@ -3,7 +3,10 @@ the figures, compute the ratios. The ``nfgate bench`` command (:mod:`nfgate.benc
 only parses options and prints what these return.
 
 - ``relay``: N clients -> broker -> M workers echoing a body, once with one request
-  outstanding per client (``sync``) and once with ``window`` (``pipelined``). Every
+  outstanding per client (``sync``) and once with ``window`` (``pipelined``). The
+  brokers: the raw relay (the ceiling), the lean DCP broker (the floor of any Python
+  broker that keeps DCP's one request per worker), nfgate in three dialects, and the
+  NorFab broker. Every
   broker is measured in the same run, one after the other, each fresh (its own
   process, a new ``--data-dir`` for nfgate), with its own worker process started before
   and its clients in another process.
@@ -29,6 +32,7 @@ __all__ = ["BROKERS", "DIALECT_OF", "BenchError", "Settings", "idle", "relay"]
 
 DIALECT_OF = {
     "raw": "raw",
+    "lean-dcp": "dcp",
     "nfgate-nfp": "nfp",
     "nfgate-norfab": "norfab",
     "nfgate-dcp": "dcp",
@@ -64,6 +68,10 @@ def start_broker(name: str, kids: list[Child], workdir: str) -> tuple[Child, str
     endpoint. Raises :class:`ChildError` if it does not come up."""
     if name == "raw":
         child = Child("raw relay", _python_module("nfgate.bench.relay"))
+        kids.append(child)
+        return child, child.expect(r"listening on (\S+)", START_TIMEOUT_S).group(1)
+    if name == "lean-dcp":
+        child = Child("lean DCP relay", _python_module("nfgate.bench.lean"))
         kids.append(child)
         return child, child.expect(r"listening on (\S+)", START_TIMEOUT_S).group(1)
     if name == "norfab":
@@ -169,6 +177,12 @@ def _ratios(figures: dict[str, dict[str, Any]]) -> dict[str, float | None]:
                     ratios[f"{name}/{base}"] = _ratio(figures[name], figures[base])
     if "norfab" in figures and "raw" in figures:
         ratios["norfab/raw"] = _ratio(figures["norfab"], figures["raw"])
+    # lean-dcp: what any Python DCP broker with nfgate's I/O and one request per worker
+    # reaches (nfgate.bench.lean); nfgate-dcp's ratio to it is the price of what nfgate adds.
+    if "lean-dcp" in figures and "nfgate-dcp" in figures:
+        ratios["nfgate-dcp/lean-dcp"] = _ratio(figures["nfgate-dcp"], figures["lean-dcp"])
+    if "lean-dcp" in figures and "raw" in figures:
+        ratios["lean-dcp/raw"] = _ratio(figures["lean-dcp"], figures["raw"])
     return ratios
 
 
@@ -181,8 +195,8 @@ def relay(
     s: Settings, brokers: Sequence[str], progress: Callable[[str], None] = lambda _: None
 ) -> list[dict[str, Any]]:
     """One JSON-ready object per mode (sync, pipelined) with every broker's figures and
-    the ratios ``<nfgate variant>/raw``, ``<nfgate variant>/norfab`` and ``norfab/raw``
-    (req/s). With ``s.repeat`` rounds, every broker is measured once per round (round
+    the ratios ``<nfgate variant>/raw``, ``<nfgate variant>/norfab``, ``norfab/raw``,
+    ``nfgate-dcp/lean-dcp`` and ``lean-dcp/raw`` (req/s; each where both were measured). With ``s.repeat`` rounds, every broker is measured once per round (round
     robin, so slow drift of a shared machine hits them alike); each broker's figures are
     its median round by req/s, each ratio is the median of the same-round ratios, and
     ``rounds`` lists every round's req/s and ratios. Raises :class:`BenchError`."""

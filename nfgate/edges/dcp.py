@@ -157,6 +157,7 @@ class DcpEdge(RouterEdge):
             metadata=msg.metadata,
             body=msg.data,
             reply_to=self.peer(client),
+            acknowledge=False,  # DCP has no acknowledgement: the REPLY is the only answer
         )
 
     def _reply(self, peer: Peer, worker: _Worker, msg: DcpReply) -> Reply | None:
@@ -207,14 +208,14 @@ class DcpEdge(RouterEdge):
         client = request.reply_to
         given = client.address if client.edge == self.name else STAND_IN + str(request.id).encode()
         worker.held[request.id] = (given, request.metadata)
-        message = DcpRequest(
-            service=service_bytes(request.service.name),
-            client=given,
-            metadata=request.metadata,
-            data=request.body,
-        )
         try:
-            frames = wire.encode(message, self._dialects.get(address, "spec"))
+            frames = wire.request_frames(
+                service_bytes(request.service.name),
+                given,
+                request.metadata,
+                request.body,
+                self._dialects.get(address, "spec"),
+            )
         except EncodeError as exc:
             # e.g. an empty data part for a DagBox worker: it could not read it.
             del worker.held[request.id]
@@ -240,13 +241,13 @@ class DcpEdge(RouterEdge):
             return
         address = out.client.address
         dialect = self._dialects.get(address, "spec")
-        message = DcpReply(
-            client=address if dialect == "dagbox" else None,
-            metadata=reply.metadata or out.request.metadata,
-            data=reply.body,
-        )
         try:
-            frames = wire.encode(message, dialect)
+            frames = wire.reply_frames(
+                address if dialect == "dagbox" else None,
+                reply.metadata or out.request.metadata,
+                reply.body,
+                dialect,
+            )
         except EncodeError as exc:
             self.counters["unencodable"] += 1
             log.debug("%s: cannot deliver reply %d: %s", self.name, reply.id, exc.reason)

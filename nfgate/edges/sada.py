@@ -220,6 +220,7 @@ class SadaChannelEdge(RouterEdge):
             timeout_ms=self._timeout,
             reply_to=peer,
             origin=msg.request_id.encode("utf-8"),
+            acknowledge=False,  # SADA has no acknowledgement: the REP is the only answer
         )
 
     def _reply(self, peer: Peer, p: _Peer, msg: Rep) -> Reply | None:

@@ -211,6 +211,7 @@ class SadaServerEdge(Edge, Decoding):
                         timeout_ms=self._timeout,
                         reply_to=self.peer(channel.identity),
                         origin=message.request_id.encode("utf-8"),
+                        acknowledge=False,  # SADA has no acknowledgement: the REP is the only answer
                     )
                 )
             case _:

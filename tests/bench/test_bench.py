@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from nfgate.bench.cli import bench
 from nfgate.bench.dialects import DIALECTS, FINAL, INTERIM, Dialect, make_body, make_key
 
-BROKERS = ("raw", "nfgate-dcp", "nfgate-nfp")
+BROKERS = ("raw", "lean-dcp", "nfgate-dcp", "nfgate-nfp")
 
 
 @pytest.mark.slow
@@ -46,7 +46,12 @@ def test_tiny_relay_run_echoes_every_request(tmp_path: Path) -> None:
             assert figures["done"] == figures["sent"], where
             assert figures["cpu_us_per_req"] > 0, where
             assert figures["broker_rss_bytes"] > 0, where
-        assert set(obj["ratios"]) == {"nfgate-dcp/raw", "nfgate-nfp/raw"}
+        assert set(obj["ratios"]) == {
+            "nfgate-dcp/raw",
+            "nfgate-nfp/raw",
+            "nfgate-dcp/lean-dcp",
+            "lean-dcp/raw",
+        }
         assert all(r is not None and r > 0 for r in obj["ratios"].values())
         assert len(obj["rounds"]) == 2
         assert all(set(r["req_per_s"]) == set(BROKERS) for r in obj["rounds"])
@@ -105,3 +110,23 @@ def test_an_nfp_202_is_interim_and_the_200_final() -> None:
 def test_unknown_dialect_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown bench dialect"):
         Dialect("zmtp")
+
+
+def test_path_scenario_measures_a_working_dcp_path() -> None:
+    from nfgate.bench.path import path
+
+    figures = path(requests=400, rounds=2)
+    assert figures["scenario"] == "path" and figures["path"] == "dcp-dcp"
+    assert 0 < figures["us_per_request"] <= figures["us_per_request_median"]
+    assert figures["python_calls_per_request"] > 10
+
+
+def test_path_scenario_fails_when_the_path_loses_replies(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The scenario checks every reply it times: a path that drops them is an error,
+    # not a fast result.
+    from nfgate.bench.path import path
+    from nfgate.edges.dcp import DcpEdge
+
+    monkeypatch.setattr(DcpEdge, "_deliver", lambda self, out: None)
+    with pytest.raises(RuntimeError, match="answered"):
+        path(requests=8, rounds=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import attrs
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -110,6 +111,23 @@ def dispatched(out: Sequence[object]) -> list[tuple[Peer, int]]:
 
 
 # --- ANY, ids, LRU ---------------------------------------------------------------------
+
+
+def test_a_request_that_asks_no_acknowledgement_gets_no_accepted() -> None:
+    # DCP and SADA clients have no acknowledgement in their protocol: their edges turn
+    # it off, and the request is routed and answered all the same, under a core id.
+    r = Router(CFG)
+    reg(r, W1)
+    out = r.handle(attrs.evolve(req(), acknowledge=False), 5)
+    assert not of(out, Accepted)
+    assert dispatched(out) == [(W1, 1)]
+    assert r.handle(attrs.evolve(req(), acknowledge=False), 6) == []  # W1 is busy: queued, silent
+    assert r.stats()["queued"] == 1
+    out = answer(r, W1, 1, 7)
+    (d,) = of(out, Deliver)
+    assert d.reply.id == 1 and d.client == CA
+    assert dispatched(out) == [(W1, 2)]  # the queued one, under its own core id
+    assert r.handle(req(), 8)[0] == Accepted(request=attrs.evolve(req(), id=3), workers=())
 
 
 def test_any_request_goes_to_free_worker_and_reply_comes_back() -> None:
