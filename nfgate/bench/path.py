@@ -4,138 +4,203 @@ The relay bench measures whole processes on a shared 2-core machine, where one b
 figures move by a third from one minute to the next. This scenario measures only the
 gateway's own processing, in this process, with the edge's transport replaced by
 in-memory queues: decode, the edge's commands, the routing core, the outputs, encode,
-the loop's feed and flush. It is steady to a few percent run to run, so a change to the
-hot path can be judged here before the relay bench (docs/performance.md).
+the job store (NFP), the loop's feed and flush. It is steady to a few percent from run
+to run, so a change to the hot path can be judged here before the relay bench
+(docs/performance.md).
 
-Each cycle hands the DCP edge 4 client REQUESTs (one per client, as the sync mode's 4
-clients send them), feeds them and runs one loop iteration (its poll finds nothing, its
-flush sends the dispatches), hands it the 4 workers' REPLYs to those dispatches, does
-the same again, and checks that each client got its own reply.
-The figure is the best of ``rounds`` runs of ``requests`` requests (the best, since
-anything else the machine does can only add to a run).
+The same clients and workers as the relay bench (:mod:`nfgate.bench.dialects`): each
+cycle hands the edge one request from each of 4 clients (as the sync mode's 4 clients
+send them), feeds them and runs one loop iteration (its poll finds nothing; its flush
+sends the dispatches, and for NFP commits the job records and sends the 202s), hands
+it the workers' answers, does the same again, and checks that every client got its own
+final reply. Paths: ``dcp`` (DCP spec), ``nfp`` (NFP spec) and ``norfab`` (NorFab 0.25),
+the NFP ones once with the job store's fsync (the default) and once without. Each
+figure is the best of ``rounds`` runs (anything else the machine does only adds). It
+includes the bench's own worker answers and reply parsing (a few list operations per
+request), the same in every run.
 """
 
 from __future__ import annotations
 
 import gc
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import zmq
 
-from nfgate.edges import EdgeSettings
+from nfgate.bench.dialects import FINAL, Dialect, make_body, make_key
+from nfgate.edges import EdgeSettings, RouterEdge
 from nfgate.edges.dcp import DcpEdge
+from nfgate.edges.nfp import NfpEdge
 from nfgate.gateway import Gateway
 from nfgate.routing import Router
+from nfgate.store import JobStore
 
-__all__ = ["MemoryTransport", "path"]
+__all__ = ["PATHS", "MemoryTransport", "path"]
 
-PROTOCOL = b"DGBX\x01"
+PATHS = ("dcp", "nfp", "norfab")
 WORKERS = 16
-BATCH = 4  # requests per cycle: the sync mode's 4 clients
+CLIENTS = 4  # requests per cycle: the sync mode's 4 clients
+
+Message = tuple[bytes, list[bytes]]
 
 
 class MemoryTransport:
     """Stands in for :class:`nfgate.transports.zmq.RouterEndpoint`: ``recv`` hands out
-    :attr:`inbox`, ``send`` appends to :attr:`sent`. ``socket`` is the real one the edge
-    bound, so the gateway's poller has something to hold."""
+    what :meth:`give` was given, ``send`` appends to :attr:`sent`. ``socket`` is the real
+    one the edge bound, so the gateway's poller has something to hold."""
 
     def __init__(self, socket: zmq.Socket[bytes]) -> None:
         self.socket = socket
-        self.inbox: list[tuple[bytes, list[bytes]]] = []
-        self.sent: list[tuple[bytes, list[bytes]]] = []
+        self.sent: list[Message] = []
         self.oversized = 0
+        self._inbox: list[Message] = []
         self._next = 0
 
-    def give(self, messages: list[tuple[bytes, list[bytes]]]) -> None:
-        self.inbox, self._next = messages, 0
+    def give(self, messages: list[Message]) -> None:
+        self._inbox, self._next = messages, 0
 
-    def recv(self) -> tuple[bytes, list[bytes]] | None:
-        if self._next >= len(self.inbox):
+    def recv(self) -> Message | None:
+        if self._next >= len(self._inbox):
             return None
         self._next += 1
-        return self.inbox[self._next - 1]
+        return self._inbox[self._next - 1]
 
     def send(self, identity: bytes, frames: list[bytes]) -> bool:
         self.sent.append((identity, frames))
         return True
 
+    def take(self) -> list[Message]:
+        sent, self.sent = self.sent, []
+        return sent
+
     def close(self) -> None:
         self.socket.close(0)
 
 
-def _dcp_gateway(context: zmq.Context[zmq.Socket[bytes]]) -> tuple[Gateway, MemoryTransport]:
-    settings = EdgeSettings(name="dcp", protocol="dcp", url="tcp://127.0.0.1:0", context=context)
-    edge = DcpEdge(settings)
-    memory = MemoryTransport(edge.transport.socket)
-    edge.transport = memory  # type: ignore[assignment]  # duck-typed: recv, send, socket, oversized
-    # A clock that stands still: no liveness expiry or timer fires mid-measurement.
-    gateway = Gateway(Router(), [edge], clock=lambda: 0)
-    memory.give([(b"w%02d" % i, [b"", PROTOCOL, b"\x01", b"echo"]) for i in range(WORKERS)])
-    gateway.feed(edge.receive(0, 256), 0)
-    gateway.step(0)
-    memory.sent.clear()
-    return gateway, memory
+class _Path:
+    """One gateway with one edge on a memory transport, its workers registered."""
+
+    def __init__(
+        self, name: str, context: zmq.Context[zmq.Socket[bytes]], data_dir: Path, fsync: bool
+    ) -> None:
+        self.dialect = Dialect(name)
+        protocol = "dcp" if name == "dcp" else "nfp"
+        settings = EdgeSettings(name=protocol, protocol=protocol, url="tcp://127.0.0.1:0", context=context)
+        self.store = JobStore(data_dir / "jobs.sqlite3", fsync=fsync)
+        edge: RouterEdge = DcpEdge(settings) if protocol == "dcp" else NfpEdge(settings, store=self.store)
+        self.edge = edge
+        self.memory = MemoryTransport(edge.transport.socket)
+        edge.transport = self.memory  # type: ignore[assignment]  # duck-typed: recv, send, socket
+        # A clock that stands still: no liveness expiry or timer fires mid-measurement.
+        self.gateway = Gateway(Router(), [edge], clock=lambda: 0)
+        edge.attach(self.gateway)
+        self._round = 0
+        self.workers = [b"w%02d" % i for i in range(WORKERS)]
+        self.clients = [b"c%d" % i for i in range(CLIENTS)]
+        d = self.dialect
+        for hello, peers in ((d.worker_hello, self.workers), (d.client_hello, self.clients)):
+            if hello is not None:
+                self._iterate([(peer, hello) for peer in peers])
+        self._iterate([(w, d.worker_ready) for w in self.workers])
+        self.memory.take()
+
+    def _iterate(self, messages: list[Message]) -> list[Message]:
+        self.memory.give(messages)
+        self.gateway.feed(self.edge.receive(0, 256), 0)
+        self.gateway.step(0)  # a loop iteration: nothing to poll, then tick and flush
+        return self.memory.take()
+
+    def run(self, requests: int, body_bytes: int) -> float:
+        """Seconds per request for ``requests`` requests (whole cycles). Raises
+        RuntimeError if a client does not get its own final reply."""
+        d, workers = self.dialect, set(self.workers)
+        cycles = -(-requests // CLIENTS)
+        self._round += 1
+        # Built before the clock starts; a key per request (NFP job uuids must be new).
+        asks = []
+        for n in range(cycles):
+            keys = [make_key(self._round, n * CLIENTS + i) for i in range(CLIENTS)]
+            asks.append(
+                (
+                    keys,
+                    [
+                        (c, d.request(k, make_body(k, body_bytes)))
+                        for c, k in zip(self.clients, keys, strict=True)
+                    ],
+                )
+            )
+        start = time.perf_counter()
+        for keys, ask in asks:
+            sent = self._iterate(ask)
+            answers = [(w, a) for w, f in sent if w in workers and (a := d.work(f, w)) is not None]
+            sent += self._iterate(answers)
+            finals = sorted(p[1] for w, f in sent if w not in workers and (p := d.parse(f))[0] == FINAL)
+            if finals != keys:
+                raise RuntimeError(f"the {d.name} path answered {finals!r} for {keys!r}")
+        return (time.perf_counter() - start) / (cycles * CLIENTS)
+
+    def calls(self, requests: int, body_bytes: int) -> float:
+        """Python function calls per request (``sys.setprofile``)."""
+        count = 0
+
+        def counter(frame: object, event: str, arg: object) -> None:
+            nonlocal count
+            if event == "call":
+                count += 1
+
+        sys.setprofile(counter)
+        try:
+            self.run(requests, body_bytes)
+        finally:
+            sys.setprofile(None)
+        return count / requests
+
+    def close(self) -> None:
+        self.gateway.close()
+        self.store.close()
 
 
-def _run(gateway: Gateway, memory: MemoryTransport, requests: int, body: bytes) -> float:
-    """Seconds per request for ``requests`` requests (rounded up to whole cycles).
-    Raises RuntimeError if a client does not get its own reply."""
-    edge = gateway.edges["dcp"]
-    clients = [
-        (b"c%d" % k, [b"", PROTOCOL, b"\x04", b"echo", b"", b"key%d" % k, b"", body]) for k in range(BATCH)
-    ]
-    cycles = -(-requests // BATCH)
-    start = time.perf_counter()
-    for _ in range(cycles):
-        memory.give(clients)
-        gateway.feed(edge.receive(0, 256), 0)
-        gateway.step(0)  # a loop iteration: nothing to poll, then tick and flush
-        dispatched, memory.sent = memory.sent, []
-        memory.give([(worker, [b"", PROTOCOL, b"\x05", *frames[4:]]) for worker, frames in dispatched])
-        gateway.feed(edge.receive(0, 256), 0)
-        gateway.step(0)  # a loop iteration: nothing to poll, then tick and flush
-        replies, memory.sent = memory.sent, []
-        if sorted(address + frames[4] for address, frames in replies) != [c + f[5] for c, f in clients]:
-            raise RuntimeError(f"the DCP path answered {replies!r}")
-    return (time.perf_counter() - start) / (cycles * BATCH)
+@contextmanager
+def _opened(name: str, fsync: bool) -> Iterator[_Path]:
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    with tempfile.TemporaryDirectory(prefix="nfgate-path-") as data_dir:
+        p = _Path(name, context, Path(data_dir), fsync)
+        try:
+            yield p
+        finally:
+            p.close()
+            context.term()
+
+
+def measure(
+    name: str, *, fsync: bool = True, requests: int = 20_000, rounds: int = 5, size: int = 100
+) -> dict[str, Any]:
+    """Figures of one path: microseconds per request (best and median of ``rounds``)
+    and Python calls per request. Raises RuntimeError if the path loses a reply."""
+    with _opened(name, fsync) as p:
+        p.run(min(2_000, requests), size)  # warm-up: caches, free lists, the store's pages
+        gc.collect()
+        runs = sorted(p.run(requests, size) for _ in range(rounds))
+        calls = p.calls(400, size)
+    return {
+        "us_per_request": round(runs[0] * 1e6, 2),
+        "us_per_request_median": round(runs[len(runs) // 2] * 1e6, 2),
+        "python_calls_per_request": round(calls, 1),
+    }
 
 
 def path(requests: int = 20_000, rounds: int = 5, size: int = 100) -> dict[str, Any]:
-    """One JSON-ready object: microseconds of processing per DCP request (best and
-    median of ``rounds``), and the Python function calls per request (counted once,
-    with ``sys.setprofile``)."""
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    gateway, memory = _dcp_gateway(context)
-    body = b"x" * size
-    try:
-        _run(gateway, memory, 2_000, body)  # warm-up: caches, free lists
-        gc.collect()
-        runs = sorted(_run(gateway, memory, requests, body) for _ in range(rounds))
-        calls = 0
-
-        def count(frame: object, event: str, arg: object) -> None:
-            nonlocal calls
-            if event == "call":
-                calls += 1
-
-        counted = 400
-        sys.setprofile(count)
-        try:
-            _run(gateway, memory, counted, body)
-        finally:
-            sys.setprofile(None)
-    finally:
-        gateway.close()
-        context.term()
-    return {
-        "scenario": "path",
-        "path": "dcp-dcp",
-        "requests": requests,
-        "rounds": rounds,
-        "body_bytes": size,
-        "us_per_request": round(runs[0] * 1e6, 2),
-        "us_per_request_median": round(runs[len(runs) // 2] * 1e6, 2),
-        "python_calls_per_request": round(calls / counted, 1),
-    }
+    """One JSON-ready object with every path's figures (NFP with and without fsync)."""
+    paths: dict[str, dict[str, Any]] = {}
+    for name in PATHS:
+        variants = (True,) if name == "dcp" else (True, False)
+        for fsync in variants:
+            key = name if name == "dcp" else f"{name}{'' if fsync else '-nofsync'}"
+            paths[key] = measure(name, fsync=fsync, requests=requests, rounds=rounds, size=size)
+    return {"scenario": "path", "requests": requests, "rounds": rounds, "body_bytes": size, "paths": paths}

@@ -110,9 +110,13 @@ class NfpEdge(RouterEdge):
         try:
             return wire.encode(message, dialect)
         except EncodeError as exc:
-            self.counters["unencodable"] += 1
-            log.debug("%s: cannot encode %s for a %s peer: %s", self.name, message.TYPE, dialect, exc.reason)
+            self.unencodable(message.TYPE, dialect, exc)
             return None
+
+    def unencodable(self, what: str, dialect: str, exc: EncodeError) -> None:
+        """Count and log a message this edge could not put on the wire."""
+        self.counters["unencodable"] += 1
+        log.debug("%s: cannot encode %s for a %s peer: %s", self.name, what, dialect, exc.reason)
 
     def _send_message(self, address: bytes, message: Message, dialect: str) -> bool:
         frames = self.encode(message, dialect)

@@ -11,7 +11,7 @@ design.md "Translation rules" and "Durability":
   while none is in, 400 for an unknown uuid.
 - NorFab clients get NorFab's flow: the 202 lists worker names, results come as
   ``{name: Result}`` (bodies from other protocols wrapped; see
-  ``nfgate.codecs.nfp.session.keyed_result``), a failed part is 200 with
+  ``nfgate.codecs.nfp.session.keyed_body``), a failed part is 200 with
   ``"failed": true``, and 201/EVENT/STREAM from NorFab workers are relayed as they come.
 """
 
@@ -24,10 +24,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from nfgate.codecs.nfp import codec as wire
 from nfgate.codecs.nfp import session as nfpjson
 from nfgate.codecs.nfp.messages import BROKER, Delete, Event, Get, Post, Put, Response, Stream
 from nfgate.codecs.nfp.targets import parse_target
-from nfgate.errors import DecodeError
+from nfgate.errors import DecodeError, EncodeError
 from nfgate.model import Cancel, Command, Peer, Request, ServiceRef, Status, Target, TargetKind
 from nfgate.routing_types import STATUS_CANCELLED, Accepted, Deliver
 from nfgate.store import JobRecord, JobState, JobStore
@@ -282,12 +283,8 @@ class NfpJobs:
 
     def _ack(self, job: _Job, names: list[str]) -> None:
         job.announced = names
-        body = nfpjson.accepted_body(job.uuid, job.service, job.target, names)
-        self._send(
-            job.client,
-            job.dialect,
-            Response(header=BROKER, service=job.service, uuid=job.uuid, status=Status.ACCEPTED, body=(body,)),
-            job,
+        self._respond(
+            job, Status.ACCEPTED, (nfpjson.accepted_body(job.uuid, job.service, job.target, names),)
         )
 
     def _refuse(self, job: _Job) -> Cancel:
@@ -333,7 +330,7 @@ class NfpJobs:
             status, body = self._failure(job, name, reply.status, out.reason)
         elif job.dialect == "norfab":
             key = self._key(job, name)
-            status, body = reply.status, (nfpjson.dumps(nfpjson.keyed_result(key, name, reply.body)),)
+            status, body = reply.status, (nfpjson.keyed_body(key, name, reply.body),)
             name = key
         else:
             status, body = reply.status, reply.body or (b"",)
@@ -342,12 +339,7 @@ class NfpJobs:
             # One that cannot be stored is relayed all the same: the client is waiting
             # for it, and only a later GET misses it.
             self._stored(self._store.add_result, job.uuid, name, status, body, self._clock())
-            self._send(
-                job.client,
-                job.dialect,
-                Response(header=BROKER, service=job.service, uuid=job.uuid, status=status, body=body),
-                job,
-            )
+            self._respond(job, status, body)
         if out.final:
             state = (
                 JobState.CANCELLED
@@ -436,6 +428,16 @@ class NfpJobs:
     def _error(self, address: bytes, dialect: str, service: str, uuid: str, status: int, reason: str) -> None:
         self.count("client_errors")
         self._send(address, dialect, _error_response(service, uuid, status, reason))
+
+    def _respond(self, job: _Job, status: int, body: tuple[bytes, ...]) -> None:
+        """A RESPONSE to ``job``'s client, into the outbox: the 202 and the results,
+        built from their parts (``response_frames``: no message object per reply)."""
+        try:
+            frames = wire.response_frames(job.service, job.uuid, status, body, job.dialect)
+        except EncodeError as exc:
+            self._edge.unencodable("RESPONSE", job.dialect, exc)
+            return
+        self._outbox.append((job.client, frames, job))
 
     def _send(
         self, address: bytes, dialect: str, message: Response | Event | Stream, job: _Job | None = None

@@ -112,21 +112,31 @@ def test_unknown_dialect_is_refused() -> None:
         Dialect("zmtp")
 
 
-def test_path_scenario_measures_a_working_dcp_path() -> None:
+def test_path_scenario_measures_every_path() -> None:
     from nfgate.bench.path import path
 
-    figures = path(requests=400, rounds=2)
-    assert figures["scenario"] == "path" and figures["path"] == "dcp-dcp"
-    assert 0 < figures["us_per_request"] <= figures["us_per_request_median"]
-    assert figures["python_calls_per_request"] > 10
+    figures = path(requests=40, rounds=2)
+    assert figures["scenario"] == "path"
+    assert set(figures["paths"]) == {"dcp", "nfp", "nfp-nofsync", "norfab", "norfab-nofsync"}
+    for name, one in figures["paths"].items():
+        assert 0 < one["us_per_request"] <= one["us_per_request_median"], name
+        assert one["python_calls_per_request"] > 10, name
 
 
-def test_path_scenario_fails_when_the_path_loses_replies(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("name", "where", "method"),
+    [
+        ("dcp", "nfgate.edges.dcp.DcpEdge", "_deliver"),
+        ("norfab", "nfgate.edges.nfp_jobs.NfpJobs", "_respond"),
+    ],
+)
+def test_path_scenario_fails_when_the_path_loses_replies(
+    monkeypatch: pytest.MonkeyPatch, name: str, where: str, method: str
+) -> None:
     # The scenario checks every reply it times: a path that drops them is an error,
     # not a fast result.
-    from nfgate.bench.path import path
-    from nfgate.edges.dcp import DcpEdge
+    from nfgate.bench.path import measure
 
-    monkeypatch.setattr(DcpEdge, "_deliver", lambda self, out: None)
+    monkeypatch.setattr(f"{where}.{method}", lambda *args: None)
     with pytest.raises(RuntimeError, match="answered"):
-        path(requests=8, rounds=1)
+        measure(name, requests=8, rounds=1)
