@@ -1,6 +1,6 @@
 """The least a Python DCP broker can do: the bench's floor for a translating broker.
 
-``python -m nfgate.bench.lean [--bind URL]`` prints ``lean relay listening on URL`` on
+``python -m nfgate.bench.lean [--bind URL]`` prints ``nfgate.bench.lean listening on URL`` on
 stderr and brokers DCP (spec dialect) until killed.
 
 What it does, and no more: reads frames positionally (protocol and type by position,
@@ -16,12 +16,13 @@ counters. No liveness, no error handling: a bench reference, not a broker.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 from collections import deque
 
 import zmq
+
+from nfgate.bench.relay import serve
 
 __all__ = ["lean", "main"]
 
@@ -90,24 +91,7 @@ def lean(sock: zmq.Socket[bytes]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nfgate.bench.lean", description=__doc__)
-    parser.add_argument("--bind", default="tcp://127.0.0.1:*", help="ROUTER address (default: a free port)")
-    args = parser.parse_args(argv)
-    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    sock = ctx.socket(zmq.ROUTER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.SNDHWM, 100_000)
-    sock.setsockopt(zmq.RCVHWM, 100_000)
-    sock.bind(args.bind)
-    print(f"lean relay listening on {sock.getsockopt_string(zmq.LAST_ENDPOINT)}", file=sys.stderr, flush=True)
-    try:
-        lean(sock)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sock.close(0)
-        ctx.term()
-    return 0
+    return serve(lean, "nfgate.bench.lean", __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The bench's ceiling: a minimal raw pyzmq ROUTER relay, no decoding.
 
-``python -m nfgate.bench.relay [--bind URL]`` prints ``relay listening on URL`` on
+``python -m nfgate.bench.relay [--bind URL]`` prints ``nfgate.bench.relay listening on URL`` on
 stderr and relays until killed.
 
 One ROUTER socket for clients and workers, as NorFab's broker and nfgate's edges have,
@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 import zmq
 
-__all__ = ["main", "relay"]
+__all__ = ["main", "relay", "serve"]
 
 
 def relay(sock: zmq.Socket[bytes]) -> None:
@@ -47,8 +48,13 @@ def relay(sock: zmq.Socket[bytes]) -> None:
             send([workers[turn], b"", sender, *msg[3:]])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nfgate.bench.relay", description=__doc__)
+def serve(
+    loop: Callable[[zmq.Socket[bytes]], None], prog: str, description: str | None, argv: list[str] | None
+) -> int:
+    """Bind a ROUTER (``--bind``, default a free loopback port), print ``<prog>
+    listening on URL`` on stderr and run ``loop`` on it until killed: the main of the
+    bench's reference brokers (this relay and :mod:`nfgate.bench.lean`)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=description)
     parser.add_argument("--bind", default="tcp://127.0.0.1:*", help="ROUTER address (default: a free port)")
     args = parser.parse_args(argv)
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -57,15 +63,19 @@ def main(argv: list[str] | None = None) -> int:
     sock.setsockopt(zmq.SNDHWM, 100_000)
     sock.setsockopt(zmq.RCVHWM, 100_000)
     sock.bind(args.bind)
-    print(f"relay listening on {sock.getsockopt_string(zmq.LAST_ENDPOINT)}", file=sys.stderr, flush=True)
+    print(f"{prog} listening on {sock.getsockopt_string(zmq.LAST_ENDPOINT)}", file=sys.stderr, flush=True)
     try:
-        relay(sock)
+        loop(sock)
     except KeyboardInterrupt:
         pass
     finally:
         sock.close(0)
         ctx.term()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return serve(relay, "nfgate.bench.relay", __doc__, argv)
 
 
 if __name__ == "__main__":
