@@ -283,6 +283,42 @@ def response_frames(
 _SPEC_RESPONSE = bytes((RESPONSE,))
 
 
+def dispatch_frames(
+    uuid: str,
+    body: tuple[bytes, ...],
+    dialect: str,
+    *,
+    client: bytes = b"",
+    service: str = "",
+    target: str = "",
+) -> list[bytes]:
+    """The frames of the broker's POST to a worker (header NFPB01) from its parts,
+    without building the :class:`Post`: routed to ``client`` for a NorFab worker
+    (NorFab's broker->worker form), addressed to ``service`` and ``target`` for a spec
+    worker. The same checks as the message's validators, the same frames as
+    :func:`encode`. Raises :class:`EncodeError`.
+    """
+    if not (isinstance(uuid, str) and uuid.isprintable()):
+        raise EncodeError(NAME, "POST: the uuid must be a printable string")
+    if not body or not all(isinstance(frame, bytes) for frame in body):
+        raise EncodeError(NAME, "POST: the body is one or more byte frames")
+    if dialect == "norfab":
+        if not (isinstance(client, bytes) and client):
+            raise EncodeError(NAME, "POST: NorFab's broker->worker form is routed: it needs a client address")
+        return [b"", BROKER, _NORFAB_FRAME[POST], client, b"", uuid.encode(), *body]
+    if not (
+        isinstance(service, str)
+        and service.isprintable()
+        and isinstance(target, str)
+        and target.isprintable()
+    ):
+        raise EncodeError(NAME, "POST: service and target must be printable strings")
+    return [b"", BROKER, _SPEC_POST, service.encode(), target.encode(), uuid.encode(), *body]
+
+
+_SPEC_POST = bytes((POST,))
+
+
 def _address(client: bytes | None, service: str | None) -> list[bytes]:
     return [client, b""] if client is not None else [(service or "").encode()]
 

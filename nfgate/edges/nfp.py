@@ -276,12 +276,15 @@ class NfpEdge(RouterEdge):
             uuid = uuidlib.uuid4().hex
         p.held[uuid] = (request.id, request)
         body = request.body or (b"",)
-        if p.dialect == "norfab":
-            message = Post(header=BROKER, client=self._client_token(request), uuid=uuid, body=body)
-        else:
-            message = Post(header=BROKER, service=request.service.name, target="any", uuid=uuid, body=body)
-        frames = self.encode(message, p.dialect)
-        if frames is None:
+        try:
+            if p.dialect == "norfab":
+                frames = wire.dispatch_frames(uuid, body, p.dialect, client=self._client_token(request))
+            else:
+                frames = wire.dispatch_frames(
+                    uuid, body, p.dialect, service=request.service.name, target="any"
+                )
+        except EncodeError as exc:
+            self.unencodable("POST", p.dialect, exc)
             self._forget_worker(address, p)
             return [Unregister(peer=out.worker, reason="socket gone")]
         self.send_later(address, frames)  # a worker that is gone is found in flush()

@@ -29,7 +29,7 @@ from nfgate.codecs.nfp import session as nfpjson
 from nfgate.codecs.nfp.messages import BROKER, Delete, Event, Get, Post, Put, Response, Stream
 from nfgate.codecs.nfp.targets import parse_target
 from nfgate.errors import DecodeError, EncodeError
-from nfgate.model import Cancel, Command, Peer, Request, ServiceRef, Status, Target, TargetKind
+from nfgate.model import ALL, ANY, Cancel, Command, Peer, Request, ServiceRef, Status, Target, TargetKind
 from nfgate.routing_types import STATUS_CANCELLED, Accepted, Deliver
 from nfgate.store import JobRecord, JobState, JobStore
 
@@ -64,10 +64,11 @@ def wall_ms() -> int:
 
 
 def to_target(parsed: str | tuple[str, ...]) -> Target:
+    # The shared frozen ANY and ALL: nothing to build for the common targets.
     if parsed == "any":
-        return Target(kind=TargetKind.ANY)
+        return ANY
     if parsed == "all":
-        return Target(kind=TargetKind.ALL)
+        return ALL
     return Target(kind=TargetKind.NAMED, names=tuple(parsed))
 
 
