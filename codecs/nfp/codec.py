@@ -268,14 +268,9 @@ def response_frames(
     the message's validators would, and gives what :func:`encode` gives for that
     message. Raises :class:`EncodeError`.
     """
-    if not (
-        isinstance(service, str) and service.isprintable() and isinstance(uuid, str) and uuid.isprintable()
-    ):
-        raise EncodeError(NAME, "RESPONSE: service and uuid must be printable strings")
+    _check_parts("RESPONSE", body, service=service, uuid=uuid)
     if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 999:
         raise EncodeError(NAME, f"RESPONSE: status must be a three-digit integer, got {status!r}")
-    if not body or not all(isinstance(frame, bytes) for frame in body):
-        raise EncodeError(NAME, "RESPONSE: the body is one or more byte frames")
     command = _NORFAB_FRAME[RESPONSE] if dialect == "norfab" else _SPEC_RESPONSE
     return [b"", BROKER, command, service.encode(), uuid.encode(), b"%d" % status, *body]
 
@@ -298,22 +293,23 @@ def dispatch_frames(
     worker. The same checks as the message's validators, the same frames as
     :func:`encode`. Raises :class:`EncodeError`.
     """
-    if not (isinstance(uuid, str) and uuid.isprintable()):
-        raise EncodeError(NAME, "POST: the uuid must be a printable string")
-    if not body or not all(isinstance(frame, bytes) for frame in body):
-        raise EncodeError(NAME, "POST: the body is one or more byte frames")
     if dialect == "norfab":
+        _check_parts("POST", body, uuid=uuid)
         if not (isinstance(client, bytes) and client):
             raise EncodeError(NAME, "POST: NorFab's broker->worker form is routed: it needs a client address")
         return [b"", BROKER, _NORFAB_FRAME[POST], client, b"", uuid.encode(), *body]
-    if not (
-        isinstance(service, str)
-        and service.isprintable()
-        and isinstance(target, str)
-        and target.isprintable()
-    ):
-        raise EncodeError(NAME, "POST: service and target must be printable strings")
+    _check_parts("POST", body, uuid=uuid, service=service, target=target)
     return [b"", BROKER, _SPEC_POST, service.encode(), target.encode(), uuid.encode(), *body]
+
+
+def _check_parts(command: str, body: tuple[bytes, ...], **texts: str) -> None:
+    # What the message classes' validators check (messages._text, messages._body), for
+    # the frame builders that skip building the message.
+    for name, text in texts.items():
+        if not (isinstance(text, str) and text.isprintable()):
+            raise EncodeError(NAME, f"{command}: {name} must be a printable string")
+    if not body or not all(isinstance(frame, bytes) for frame in body):
+        raise EncodeError(NAME, f"{command}: the body is one or more byte frames")
 
 
 _SPEC_POST = bytes((POST,))
