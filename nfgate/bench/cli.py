@@ -158,7 +158,7 @@ def bench(
         if scenario in ("idle", "all"):
             objects.append(runner.idle(settings, progress))
         if scenario in ("path", "all"):
-            progress("bench: measuring the DCP path in process (no sockets)")
+            progress("bench: measuring the dcp, nfp and norfab paths in process (no sockets)")
             objects.append(path.path(size=size))
     except BenchError as exc:
         raise click.ClickException(str(exc)) from None

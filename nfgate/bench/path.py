@@ -92,8 +92,11 @@ class _Path:
         self.dialect = Dialect(name)
         protocol = "dcp" if name == "dcp" else "nfp"
         settings = EdgeSettings(name=protocol, protocol=protocol, url="tcp://127.0.0.1:0", context=context)
-        self.store = JobStore(data_dir / "jobs.sqlite3", fsync=fsync)
-        edge: RouterEdge = DcpEdge(settings) if protocol == "dcp" else NfpEdge(settings, store=self.store)
+        # Only NFP keeps job records; the DCP path opens no store.
+        self.store = JobStore(data_dir / "jobs.sqlite3", fsync=fsync) if protocol == "nfp" else None
+        edge: RouterEdge = (
+            NfpEdge(settings, store=self.store) if self.store is not None else DcpEdge(settings)
+        )
         self.edge = edge
         self.memory = MemoryTransport(edge.transport.socket)
         edge.transport = self.memory  # type: ignore[assignment]  # duck-typed: recv, send, socket
@@ -163,7 +166,8 @@ class _Path:
 
     def close(self) -> None:
         self.gateway.close()
-        self.store.close()
+        if self.store is not None:
+            self.store.close()
 
 
 @contextmanager

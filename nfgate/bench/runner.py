@@ -66,16 +66,14 @@ def _python_module(module: str, *args: str) -> list[str]:
 def start_broker(name: str, kids: list[Child], workdir: str) -> tuple[Child, str]:
     """Start broker ``name`` (one of :data:`BROKERS`); return it and its client/worker
     endpoint. Raises :class:`ChildError` if it does not come up."""
-    if name == "raw":
-        child = Child("raw relay", _python_module("nfgate.bench.relay"))
-        kids.append(child)
-        return child, child.expect(r"listening on (\S+)", START_TIMEOUT_S).group(1)
-    if name == "lean-dcp":
-        child = Child("lean DCP relay", _python_module("nfgate.bench.lean"))
-        kids.append(child)
-        return child, child.expect(r"listening on (\S+)", START_TIMEOUT_S).group(1)
-    if name == "norfab":
-        child = Child("norfab broker", _python_module("nfgate.bench.norfab_broker", "--base-dir", workdir))
+    # The reference brokers each print "... listening on URL" on stderr.
+    reference = {
+        "raw": ("raw relay", _python_module("nfgate.bench.relay")),
+        "lean-dcp": ("lean DCP relay", _python_module("nfgate.bench.lean")),
+        "norfab": ("norfab broker", _python_module("nfgate.bench.norfab_broker", "--base-dir", workdir)),
+    }
+    if name in reference:
+        child = Child(*reference[name])
         kids.append(child)
         return child, child.expect(r"listening on (\S+)", START_TIMEOUT_S).group(1)
     # nfgate serve with its NFP and DCP edges only, on free ports, a fresh job store.
