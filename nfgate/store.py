@@ -172,6 +172,7 @@ class JobStore:
         self._wal_fd: int | None = None  # opened at the first durable commit
         self._wal_ino = 0
         self._durable = False  # the open transaction holds a write that needs the fsync
+        self._unsynced = False  # a committed transaction still needs it (commit(sync=False))
         self._sync_error: OSError | None = None
         self._lost: sqlite3.Error | None = None  # a write failed and SQLite rolled the batch back
         self._lock_fd: int | None = None
@@ -234,9 +235,14 @@ class JobStore:
         if durable:
             self._durable = True
 
-    def commit(self) -> None:
+    def commit(self, *, sync: bool = True) -> None:
         """Commit the open transaction (no-op when none is open), then fsync the WAL if
         it held a job record or a durable :meth:`begin` (and ``fsync`` is on).
+
+        ``sync=False`` leaves that fsync to :meth:`sync`, so the caller can send what
+        waits only for the COMMIT (replies about jobs acknowledged earlier: their rows
+        are in the OS's cache by then) while the batch's own acknowledgements wait for
+        the disk.
 
         Raises :class:`sqlite3.Error` if the COMMIT fails or a write of the batch made
         SQLite roll the batch back (both leave no transaction open), :class:`OSError` if
@@ -253,9 +259,25 @@ class JobStore:
                 self.rollback()
                 raise
         if self._durable:
-            self._durable = False  # committed: a failed sync poisons the store (_sync_wal)
-            if self.fsync and self._wal:
-                self._sync_wal()
+            self._durable = False
+            self._unsynced = self.fsync and self._wal
+        if sync:
+            self.sync()
+
+    @property
+    def unsynced(self) -> bool:
+        """True when a committed durable batch still waits for :meth:`sync`."""
+        return self._unsynced
+
+    def sync(self) -> None:
+        """The fsync that :meth:`commit` left out (no-op when nothing waits for one).
+
+        Raises :class:`OSError` if the fsync fails: then nothing of the batch it was for
+        may be acknowledged, and every later sync fails too (:meth:`_sync_wal`).
+        """
+        if self._unsynced:
+            self._unsynced = False  # committed: a failed sync poisons the store (_sync_wal)
+            self._sync_wal()
 
     def rollback(self) -> None:
         """Drop the open transaction, if any (after a failed write or commit, so the next

@@ -5,7 +5,8 @@ design.md "Translation rules" and "Durability":
 - A POST becomes a core :class:`Request`; once the core accepted it (``Accepted``) the
   job is written to the job store and its 202 is *held*. Everything this module sends to
   clients goes through one outbox that :meth:`NfpJobs.flush` sends after the store's
-  commit, so a 202 never leaves before its job is on disk, and replies keep their order.
+  commit, so a 202 never leaves before its job is on disk, and each client's replies
+  keep their order (only a client with a job in the batch waits for the fsync).
 - Each worker's final reply is relayed to the client (the spec: "Broker relays RESPONSE
   message to client") and kept; GET answers from the store: 200 with the results, 300
   while none is in, 400 for an unknown uuid.
@@ -450,27 +451,51 @@ class NfpJobs:
     def flush(self) -> None:
         """Commit the batch's job records, then send what was held for them.
 
+        Two steps, because the fsync is most of a commit's wall time. A client with a
+        job in this batch gets all of its messages after the fsync, in the order they
+        were produced (its 202s first of all, as its messages need). Every other client's
+        messages (results and GET answers of jobs acknowledged in earlier iterations,
+        errors) go right after the COMMIT: every write of the iteration is in the OS's
+        cache by then, and they wait for no other client's fsync.
+
         If the commit fails (SQLite error, failed fsync), every job whose record was in
         the batch is refused (:meth:`_refuse`): its held 202 becomes a 500, whatever else
         was held for it is dropped, and the core cancels it at the next tick. The rest of
         the outbox (results, GET answers) still goes out.
         """
         batch, self._batch = self._batch, []
+        refusal = self._commit(batch, sync=False)
+        if not refusal and self._store.unsynced and self._outbox:
+            waiting = {job.client for job in batch}
+            early = [m for m in self._outbox if m[0] not in waiting]
+            if early:
+                self._outbox = [m for m in self._outbox if m[0] in waiting]
+                self._send_outbox(early, "")
+        if not refusal:
+            refusal = self._commit(batch, sync=True)
+        if self._outbox:
+            outbox, self._outbox = self._outbox, []
+            self._send_outbox(outbox, refusal)
+
+    def _commit(self, batch: list[_Job], *, sync: bool) -> str:
+        """The COMMIT (``sync=False``) or the fsync after it (``sync=True``) of the
+        batch; on failure the batch's jobs are refused and the reason returned."""
         try:
-            self._store.commit()
+            if sync:
+                self._store.sync()
+            else:
+                self._store.commit(sync=False)
         except (sqlite3.Error, OSError) as exc:
             self._store_failed(exc)
             for job in batch:
                 self._edge.command_later(self._refuse(job))
-            refusal = self._refusal(exc)
-        else:
-            refusal = ""
-            if batch and self._failing:
-                self._failing = False
-                log.warning("%s: the job store works again, jobs are accepted", self._edge.name)
-        if not self._outbox:
-            return
-        outbox, self._outbox = self._outbox, []
+            return self._refusal(exc)
+        if sync and batch and self._failing:
+            self._failing = False
+            log.warning("%s: the job store works again, jobs are accepted", self._edge.name)
+        return ""
+
+    def _send_outbox(self, outbox: list[tuple[bytes, list[bytes], _Job | None]], refusal: str) -> None:
         send = self._edge.send
         for address, held, about in outbox:
             frames: list[bytes] | None = held

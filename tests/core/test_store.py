@@ -201,6 +201,33 @@ def test_a_batch_is_one_commit_synced_only_when_it_holds_a_job(tmp_path: Path, s
     store.close()
 
 
+def test_commit_without_sync_leaves_the_fsync_to_sync(tmp_path: Path, syncs: list[int]) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite3")
+    wal = os.stat(tmp_path / "jobs.sqlite3-wal").st_ino
+    syncs.clear()
+    store.begin()
+    store.add(job("u1"))
+    store.commit(sync=False)  # committed (another connection sees it), not yet synced
+    assert syncs == [] and store.unsynced
+    reader = sqlite3.connect(tmp_path / "jobs.sqlite3")
+    assert reader.execute("SELECT uuid FROM jobs").fetchall() == [("u1",)]
+    reader.close()
+    store.sync()
+    assert syncs == [wal] and not store.unsynced
+    store.sync()  # nothing waits: no second fsync
+    assert syncs == [wal]
+
+    store.begin(durable=False)  # acknowledges nothing: nothing for sync() to do
+    store.set_state("u1", JobState.DONE)
+    store.commit(sync=False)
+    assert not store.unsynced
+    store.begin()
+    store.add(job("u2"))
+    store.commit(sync=False)
+    store.close()  # close syncs what a commit left
+    assert syncs == [wal, wal]
+
+
 def test_fsync_false_never_syncs(tmp_path: Path, syncs: list[int]) -> None:
     store = JobStore(tmp_path / "jobs.sqlite3", fsync=False)
     store.add(job("u0"))
