@@ -102,6 +102,11 @@ class NfpEdge(RouterEdge):
     def label(self, peer: Peer) -> str:
         return peer_label(peer.address) if peer.protocol == "nfp" else f"{peer.protocol}-{peer.address.hex()}"
 
+    def speaks_norfab(self, peer: Peer) -> bool:
+        """True when ``peer`` is a worker of this edge speaking the NorFab dialect."""
+        p = self._workers.get(peer.address) if peer.edge == self.name else None
+        return p is not None and p.dialect == "norfab"
+
     def names(self, peers: Iterable[Peer]) -> list[str]:
         router = self._gateway.router if self._gateway is not None else None
         return [(router.worker_name(p) if router else "") or self.label(p) for p in peers]

@@ -332,7 +332,8 @@ class NfpJobs:
             status, body = self._failure(job, name, reply.status, out.reason)
         elif job.dialect == "norfab":
             key = self._key(job, name)
-            status, body = reply.status, (nfpjson.keyed_body(key, name, reply.body),)
+            norfab = reply.worker is not None and self._edge.speaks_norfab(reply.worker)
+            status, body = reply.status, (nfpjson.keyed_body(key, name, reply.body, norfab_worker=norfab),)
             name = key
         else:
             status, body = reply.status, reply.body or (b"",)

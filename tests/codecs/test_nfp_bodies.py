@@ -16,6 +16,17 @@ def test_a_norfab_result_under_the_announced_name_passes_as_the_worker_wrote_it(
     assert session.keyed_body("w1", "w1", (body,)) == body
 
 
+def test_a_norfab_workers_result_under_the_announced_name_is_not_parsed() -> None:
+    # Whatever the bytes: NorFab's broker relays them, and so does nfgate.
+    for body in (b'{"w1": 1, "other": 2}', b"not json at all", b'{"w1": {"result": 1}}'):
+        assert session.keyed_body("w1", "w1", (body,), norfab_worker=True) == body
+    # Re-dispatched (another name) or several frames: parsed and re-keyed or wrapped.
+    out = session.keyed_body("w1", "w2", (b'{"w2": {"result": 5}}',), norfab_worker=True)
+    assert json.loads(out) == {"w1": {"result": 5}}
+    two = session.keyed_body("w1", "w1", (b"a", b"b"), norfab_worker=True)
+    assert json.loads(two)["w1"]["result"] == "ab"
+
+
 def test_a_result_for_another_name_is_rekeyed() -> None:
     # Re-dispatched: the client was told "w1", the result came from "w2".
     out = session.keyed_body("w1", "w2", (b'{"w2": {"result": 5}}',))

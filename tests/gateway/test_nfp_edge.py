@@ -171,6 +171,31 @@ def test_norfab_worker_flow_201_event_get_200(gw: Running) -> None:
     assert final.status == 200 and json.loads(final.body[0]) == {"nfw": {"result": 42, "failed": False}}  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("worker_dialect", ["norfab", "spec"])
+def test_a_norfab_workers_result_is_relayed_as_it_wrote_it_anything_else_is_wrapped(
+    gw: Running, worker_dialect: str
+) -> None:
+    # Not one key: a NorFab worker's bytes still go through untouched (NorFab's own
+    # broker relays results as bytes); a spec worker's body is wrapped in Result fields.
+    result = b'{"w1": 1, "other": 2}'
+    w = norfab_worker(gw, "nf", b"w1") if worker_dialect == "norfab" else spec_worker(gw, "nf", b"w1")
+    client = gw.dealer("nfp", b"c1")
+    job = post(client, "nf", b"{}", dialect="norfab")
+    assert get(client, "norfab").status == 202  # type: ignore[attr-defined]
+    assert get(w, worker_dialect).uuid == job  # type: ignore[attr-defined]
+    if worker_dialect == "norfab":
+        reply = Response(header=WORKER, client=b"c1", uuid=job, status=200, body=(result,))
+    else:
+        reply = Response(header=WORKER, service="nf", uuid=job, status=200, body=(result,))
+    send(w, reply, worker_dialect)
+    final = get(client, "norfab")
+    assert final.status == 200  # type: ignore[attr-defined]
+    if worker_dialect == "norfab":
+        assert final.body == (result,)  # type: ignore[attr-defined]
+    else:
+        assert json.loads(final.body[0])["w1"]["result"] == {"w1": 1, "other": 2}  # type: ignore[attr-defined]
+
+
 def test_worker_death_redispatches_to_another_worker(tmp_path: object) -> None:
 
     toml = "[edges.nfp]\nheartbeat_ms = 100\nliveness = 3\n"
