@@ -18,6 +18,7 @@ design.md "Translation rules" and "Durability":
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sqlite3
@@ -465,7 +466,7 @@ class NfpJobs:
         the outbox (results, GET answers) still goes out.
         """
         batch, self._batch = self._batch, []
-        refusal = self._commit(batch, sync=False)
+        refusal = self._stored_batch(batch, functools.partial(self._store.commit, sync=False))
         if not refusal and self._store.unsynced and self._outbox:
             waiting = {job.client for job in batch}
             early = [m for m in self._outbox if m[0] not in waiting]
@@ -473,27 +474,24 @@ class NfpJobs:
                 self._outbox = [m for m in self._outbox if m[0] in waiting]
                 self._send_outbox(early, "")
         if not refusal:
-            refusal = self._commit(batch, sync=True)
+            refusal = self._stored_batch(batch, self._store.sync)
+            if not refusal and batch and self._failing:
+                self._failing = False
+                log.warning("%s: the job store works again, jobs are accepted", self._edge.name)
         if self._outbox:
             outbox, self._outbox = self._outbox, []
             self._send_outbox(outbox, refusal)
 
-    def _commit(self, batch: list[_Job], *, sync: bool) -> str:
-        """The COMMIT (``sync=False``) or the fsync after it (``sync=True``) of the
-        batch; on failure the batch's jobs are refused and the reason returned."""
+    def _stored_batch(self, batch: list[_Job], step: Callable[[], None]) -> str:
+        """Run one step of storing the batch (its COMMIT, then its fsync); if it fails,
+        refuse the batch's jobs and return the reason, else return ""."""
         try:
-            if sync:
-                self._store.sync()
-            else:
-                self._store.commit(sync=False)
+            step()
         except (sqlite3.Error, OSError) as exc:
             self._store_failed(exc)
             for job in batch:
                 self._edge.command_later(self._refuse(job))
             return self._refusal(exc)
-        if sync and batch and self._failing:
-            self._failing = False
-            log.warning("%s: the job store works again, jobs are accepted", self._edge.name)
         return ""
 
     def _send_outbox(self, outbox: list[tuple[bytes, list[bytes], _Job | None]], refusal: str) -> None:
