@@ -140,7 +140,7 @@ def serve(
             gateway.on_close(exporter.close)
             log.info("metrics on %s", exporter.url)
         gateway.recover()
-        log.info("ready (job store %s)", cfg.data_dir)
+        log.info("ready (job store %s%s)", cfg.data_dir, "" if cfg.fsync else ", fsync off")
         gateway.run()
         log.info("stopped: %s", _summary(gateway))
     finally:

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from nfgate.bench.cross import BASELINE, CROSS_PATHS
-from nfgate.bench.runner import BROKERS, BenchError, Settings
+from nfgate.bench.runner import BROKERS, DEFAULT_BROKERS, BenchError, Settings
 
 __all__ = ["bench"]
 
@@ -85,10 +85,10 @@ def _paths(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str,
 )
 @click.option(
     "--brokers",
-    default=",".join(BROKERS),
+    default=",".join(DEFAULT_BROKERS),
     show_default=True,
     callback=_brokers,
-    help="Brokers to measure in this run, comma-separated.",
+    help=f"Brokers to measure in this run, comma-separated, from {', '.join(BROKERS)}.",
 )
 @click.option(
     "--paths",

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from nfgate.bench.cli import bench
 from nfgate.bench.dialects import DIALECTS, FINAL, INTERIM, Dialect, make_body, make_key
 
-BROKERS = ("raw", "lean-dcp", "nfgate-dcp", "nfgate-nfp")
+# nfgate-norfab-nofsync starts only if its ready line says "fsync off" (runner.start_broker).
+BROKERS = ("raw", "lean-dcp", "nfgate-dcp", "nfgate-nfp", "nfgate-norfab-nofsync")
 
 
 @pytest.mark.slow
@@ -49,6 +50,7 @@ def test_tiny_relay_run_echoes_every_request(tmp_path: Path) -> None:
         assert set(obj["ratios"]) == {
             "nfgate-dcp/raw",
             "nfgate-nfp/raw",
+            "nfgate-norfab-nofsync/raw",
             "nfgate-dcp/lean-dcp",
             "lean-dcp/raw",
         }

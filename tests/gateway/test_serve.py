@@ -46,6 +46,25 @@ def test_logs_each_edge_and_exits_0_on_sigterm(tmp_path: Path) -> None:
     assert stop(server) == 0
 
 
+def test_the_ready_line_says_when_the_job_store_does_not_fsync(tmp_path: Path) -> None:
+    # An operator reading the log must see that acknowledged jobs would not survive a
+    # crash of the machine; the default says nothing more than where the store is.
+    default = start("--data-dir", str(tmp_path / "a"), *RANDOM)
+    try:
+        ready = [line for line in default.lines if "nfgate: ready" in line]
+        assert ready == [f"nfgate: ready (job store {tmp_path / 'a'})\n"]
+    finally:
+        assert stop(default) == 0
+    config = tmp_path / "nofsync.toml"
+    config.write_text("[gateway]\nfsync = false\n")
+    unsynced = start("--config", str(config), "--data-dir", str(tmp_path / "b"), *RANDOM)
+    try:
+        ready = [line for line in unsynced.lines if "nfgate: ready" in line]
+        assert ready == [f"nfgate: ready (job store {tmp_path / 'b'}, fsync off)\n"]
+    finally:
+        assert stop(unsynced) == 0
+
+
 def test_sigint_also_drains_and_exits_0(tmp_path: Path) -> None:
     server = start("--data-dir", str(tmp_path), *RANDOM)
     server.proc.send_signal(signal.SIGINT)
