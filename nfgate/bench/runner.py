@@ -6,8 +6,8 @@ only parses options and prints what these return.
   outstanding per client (``sync``) and once with ``window`` (``pipelined``). The
   brokers: the raw relay (the ceiling), the lean DCP broker (the floor of any Python
   broker that keeps DCP's one request per worker), nfgate in three dialects, and the
-  NorFab broker. Every
-  broker is measured in the same run, one after the other, each fresh (its own
+  NorFab broker; on demand also nfgate's NorFab dialect without the job store's fsync.
+  Every broker is measured in the same run, one after the other, each fresh (its own
   process, a new ``--data-dir`` for nfgate), with its own worker process started before
   and its clients in another process.
 - ``idle``: the gateway's RSS with no worker, then with 1,000 registered idle NFP
