@@ -302,7 +302,14 @@ class Router:
             else:
                 self._named_wait.setdefault(part.name, Waitlist()).push(part)
         else:
-            queue = self._queues.setdefault(ref.name, {}).setdefault(ref.version, FairQueue())
+            # get, not setdefault: setdefault would build a FairQueue (a deque and an
+            # OrderedDict) for every queued request, to throw it away when the queue exists.
+            queues = self._queues.get(ref.name)
+            if queues is None:
+                queues = self._queues[ref.name] = {}
+            queue = queues.get(ref.version)
+            if queue is None:
+                queue = queues[ref.version] = FairQueue()
             if retry:
                 queue.push_retry(part)
             else:
