@@ -151,9 +151,10 @@ class Edge(abc.ABC):
         commands for the core (e.g. a send that failed because the peer is gone)."""
 
     def flush_sends(self, now_ms: int) -> None:  # noqa: B027 - optional hook
-        """End of one loop iteration, first phase: send what was queued for the batch.
-        Every edge's sends go out before any edge's :meth:`flush`, so a worker of one
-        protocol starts on a request while another edge commits its job records."""
+        """Send what was queued: after every few messages the gateway reads, and at the
+        end of one loop iteration as its first phase. Every edge's sends go out before
+        any edge's :meth:`flush`, so a worker of one protocol starts on a request while
+        another edge commits its job records."""
 
     def flush(self, now_ms: int) -> None:  # noqa: B027 - optional hook
         """End of one loop iteration, second phase: commit (NFP's group commit of job
@@ -285,8 +286,9 @@ class RouterEdge(Edge, Decoding):
                 self._unreachable = [*self._unreachable, address]
 
     def send_later(self, address: bytes, frames: list[bytes]) -> None:
-        """Queue a message for :meth:`send_queued`, which the edge runs at the end of the
-        loop iteration (its ``flush``).
+        """Queue a message for :meth:`send_queued`, which the edge runs from its
+        ``flush_sends``: after every few messages the gateway reads
+        (``nfgate.gateway.SEND_EVERY``) and at the end of the loop iteration.
 
         Why: a message sent into an idle libzmq pipe wakes the socket's I/O thread; sends
         spread over an iteration's work pay that once per message, back-to-back sends

@@ -1,0 +1,93 @@
+"""When the gateway's loop sends what the edges queued (nfgate/gateway.py, SEND_EVERY).
+
+Driven in process, one loop iteration at a time, with the DCP edge's socket replaced by
+in-memory queues (the bench's :class:`MemoryTransport`), recording every receive and
+send in one list, so "before" and "after" are exact, not a matter of timing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import zmq
+
+from nfgate.bench.path import MemoryTransport
+from nfgate.codecs import dcp
+from nfgate.codecs.dcp.messages import Registration, Reply, Request
+from nfgate.edges import EdgeSettings
+from nfgate.edges.dcp import DcpEdge
+from nfgate.gateway import BATCH, SEND_EVERY, Gateway
+from nfgate.routing import Router
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Recorded(MemoryTransport):
+    """A memory transport that notes every message read and every message sent."""
+
+    def __init__(self, socket: zmq.Socket[bytes]) -> None:
+        super().__init__(socket)
+        self.events: list[tuple[str, bytes, object]] = []
+
+    def recv(self) -> tuple[bytes, list[bytes]] | None:
+        got = super().recv()
+        if got is not None:
+            self.events.append(("recv", got[0], None))
+        return got
+
+    def send(self, identity: bytes, frames: list[bytes]) -> bool:
+        self.events.append(("send", identity, dcp.decode(frames)))
+        return super().send(identity, frames)
+
+
+@pytest.fixture
+def loop() -> Iterator[tuple[Gateway, Recorded]]:
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    settings = EdgeSettings(name="dcp", protocol="dcp", url="tcp://127.0.0.1:0", context=context)
+    edge = DcpEdge(settings)
+    memory = Recorded(edge.transport.socket)
+    edge.transport = memory  # type: ignore[assignment]  # duck-typed: recv, send, socket
+    gateway = Gateway(Router(), [edge], clock=lambda: 0)
+    edge.attach(gateway)
+    yield gateway, memory
+    gateway.close()
+    context.term()
+
+
+def iterate(gateway: Gateway, memory: Recorded, *messages: tuple[bytes, object]) -> None:
+    """One loop iteration over ``messages`` (peer, DCP message), as the poll would find them."""
+    memory.events.clear()
+    memory.give([(peer, dcp.encode(m)) for peer, m in messages])  # type: ignore[arg-type]
+    edge = gateway.edges["dcp"]
+    gateway._read(edge, 0)  # what step() does for a readable socket
+    gateway.step(0)  # the rest of the iteration: tick and flush
+
+
+def request(key: bytes) -> Request:
+    return Request(service=b"echo", metadata=(key,), data=(b"x",))
+
+
+def test_a_worker_freed_early_in_a_batch_gets_its_next_request_before_the_batch_is_read(
+    loop: tuple[Gateway, Recorded],
+) -> None:
+    gateway, memory = loop
+    iterate(gateway, memory, (b"w1", Registration(service=b"echo")))
+    iterate(gateway, memory, (b"c1", request(b"r1")))  # w1 is busy with r1 from here
+    # One batch: w1's reply first, then many more requests. w1's reply and its next
+    # request (r2, queued since) leave within the first SEND_EVERY messages read.
+    more = [(b"c%d" % i, request(b"r%d" % i)) for i in range(2, SEND_EVERY * 4)]
+    iterate(gateway, memory, (b"w1", Reply(client=b"c1", metadata=(b"r1",), data=(b"y",))), *more)
+    reads = [i for i, (kind, _, _) in enumerate(memory.events) if kind == "recv"]
+    assert len(reads) == 1 + len(more)
+    sends = [(i, peer, m) for i, (kind, peer, m) in enumerate(memory.events) if kind == "send"]
+    to_c1 = next(i for i, peer, _ in sends if peer == b"c1")
+    to_w1 = next(i for i, peer, m in sends if peer == b"w1" and isinstance(m, Request))
+    assert to_c1 < reads[SEND_EVERY] and to_w1 < reads[SEND_EVERY]
+    assert memory.events[to_w1][2].metadata == (b"r2",)  # type: ignore[union-attr]
+
+
+def test_an_edge_reads_at_most_a_batch_per_iteration(loop: tuple[Gateway, Recorded]) -> None:
+    gateway, memory = loop
+    iterate(gateway, memory, *[(b"c%d" % i, request(b"r%d" % i)) for i in range(BATCH + 10)])
+    assert sum(kind == "recv" for kind, _, _ in memory.events) == BATCH
