@@ -1,8 +1,7 @@
 """When the gateway's loop sends what the edges queued (nfgate/gateway.py, SEND_EVERY).
 
-Driven in process, one loop iteration at a time, with the DCP edge's socket replaced by
-in-memory queues (the bench's :class:`MemoryTransport`), recording every receive and
-send in one list, so "before" and "after" are exact, not a matter of timing.
+Driven in process, one loop iteration at a time, on a recording memory transport
+(``recording.Recorded``).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from collections.abc import Iterator
 import pytest
 import zmq
 
-from nfgate.bench.path import MemoryTransport
 from nfgate.codecs import dcp
 from nfgate.codecs.dcp.messages import Registration, Reply, Request
 from nfgate.edges import EdgeSettings
@@ -20,25 +18,9 @@ from nfgate.edges.dcp import DcpEdge
 from nfgate.gateway import BATCH, SEND_EVERY, Gateway
 from nfgate.routing import Router
 
+from .recording import Recorded
+
 pytestmark = pytest.mark.timeout(30)
-
-
-class Recorded(MemoryTransport):
-    """A memory transport that notes every message read and every message sent."""
-
-    def __init__(self, socket: zmq.Socket[bytes]) -> None:
-        super().__init__(socket)
-        self.events: list[tuple[str, bytes, object]] = []
-
-    def recv(self) -> tuple[bytes, list[bytes]] | None:
-        got = super().recv()
-        if got is not None:
-            self.events.append(("recv", got[0], None))
-        return got
-
-    def send(self, identity: bytes, frames: list[bytes]) -> bool:
-        self.events.append(("send", identity, dcp.decode(frames)))
-        return super().send(identity, frames)
 
 
 @pytest.fixture
@@ -46,8 +28,7 @@ def loop() -> Iterator[tuple[Gateway, Recorded]]:
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     settings = EdgeSettings(name="dcp", protocol="dcp", url="tcp://127.0.0.1:0", context=context)
     edge = DcpEdge(settings)
-    memory = Recorded(edge.transport.socket)
-    edge.transport = memory  # type: ignore[assignment]  # duck-typed: recv, send, socket
+    memory = Recorded(edge, dcp.decode, [])
     gateway = Gateway(Router(), [edge], clock=lambda: 0)
     edge.attach(gateway)
     yield gateway, memory

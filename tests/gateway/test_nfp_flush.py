@@ -1,9 +1,9 @@
 """When the NFP edge's held messages leave, against the job store's fsync
 (nfgate/edges/nfp_jobs.py, ``NfpJobs.flush``).
 
-Driven in process, one loop iteration at a time, with the edge's socket replaced by
-in-memory queues (the bench's :class:`MemoryTransport`) and the store's fsync replaced
-by a recorder, so the order of sends and fsyncs is exact, not a matter of timing.
+Driven in process, one loop iteration at a time, on a recording memory transport
+(``recording.Recorded``) with the store's fsync recorded in the same list, so the
+order of sends and fsyncs is exact, not a matter of timing.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import zmq
 
-from nfgate.bench.path import MemoryTransport
 from nfgate.codecs import nfp
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Open, Post, Ready, Response
 from nfgate.edges import EdgeSettings
@@ -23,9 +22,9 @@ from nfgate.gateway import Gateway
 from nfgate.routing import Router
 from nfgate.store import JobStore
 
-pytestmark = pytest.mark.timeout(30)
+from .recording import Event, Recorded
 
-Event = tuple[str, bytes, object]  # ("send", peer, decoded message) or ("fsync", b"", None)
+pytestmark = pytest.mark.timeout(30)
 
 
 class Loop:
@@ -48,17 +47,9 @@ class Loop:
         self.store = JobStore(tmp_path / "jobs.sqlite3", fsync=True)
         settings = EdgeSettings(name="nfp", protocol="nfp", url="tcp://127.0.0.1:0", context=self.context)
         self.edge = NfpEdge(settings, store=self.store)
-        self.memory = MemoryTransport(self.edge.transport.socket)
-        self.edge.transport = self.memory  # type: ignore[assignment]  # duck-typed
+        self.memory = Recorded(self.edge, nfp.decode, self.events)
         self.gateway = Gateway(Router(), [self.edge], clock=lambda: 0)
         self.edge.attach(self.gateway)
-        recorded = self.memory.send
-
-        def send(identity: bytes, frames: list[bytes]) -> bool:
-            self.events.append(("send", identity, nfp.decode(frames)))
-            return recorded(identity, frames)
-
-        self.memory.send = send  # type: ignore[method-assign]
 
     def iterate(self, *messages: tuple[bytes, object]) -> list[Event]:
         """Hand the edge ``messages`` (peer, NFP message), run one loop iteration and
