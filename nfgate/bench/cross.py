@@ -40,6 +40,7 @@ from nfgate.bench.runner import (
     _median,
     _python_module,
     _workers,
+    all_rounds,
 )
 
 __all__ = ["BASELINE", "CROSS_PATHS", "PATHS", "TARGET", "Path", "cross", "start_gateway"]
@@ -69,7 +70,6 @@ PATHS = {
 BASELINE = "nfgate-nfp"
 CROSS_PATHS = tuple(name for name in PATHS if name != BASELINE)
 RATIO = f"ratio_to_{BASELINE.replace('-', '_')}"
-CHECKS = ("mismatches", "errors", "unknown", "unanswered")
 
 
 def start_gateway(kids: list[Child], workdir: str) -> tuple[Child, dict[str, str]]:
@@ -142,8 +142,7 @@ def _mode_object(
         spread[name] = [min(values), max(values)] if values else []
         figures[name][RATIO] = ratios[name]
     figures[BASELINE][RATIO] = 1.0
-    # Correctness over every round, not only the median one: all must be 0.
-    checks = {name: {k: sum(int(r[name][k]) for r in per_round) for k in CHECKS} for name in names}
+    checks = all_rounds(names, per_round)  # every round, not only the median one: all 0
     return {
         "scenario": "cross",
         "mode": mode,

@@ -202,6 +202,16 @@ def _median(values: list[float]) -> float:
     return ordered[len(ordered) // 2]
 
 
+# Correctness counts of a run (bench/load.py): every one must be 0 in every round.
+CHECKS = ("mismatches", "errors", "unknown", "unanswered")
+
+
+def all_rounds(names: Sequence[str], per_round: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, int]]:
+    """Each of :data:`CHECKS` summed over every round, per broker or path: the figures
+    are the median round's, and a round that lost replies must not hide behind it."""
+    return {name: {k: sum(int(r[name][k]) for r in per_round) for k in CHECKS} for name in names}
+
+
 def relay(
     s: Settings, brokers: Sequence[str], progress: Callable[[str], None] = lambda _: None
 ) -> list[dict[str, Any]]:
@@ -209,8 +219,9 @@ def relay(
     the ratios ``<nfgate variant>/raw``, ``<nfgate variant>/norfab``, ``norfab/raw``,
     ``nfgate-dcp/lean-dcp`` and ``lean-dcp/raw`` (req/s; each where both were measured). With ``s.repeat`` rounds, every broker is measured once per round (round
     robin, so slow drift of a shared machine hits them alike); each broker's figures are
-    its median round by req/s, each ratio is the median of the same-round ratios, and
-    ``rounds`` lists every round's req/s and ratios. Raises :class:`BenchError`."""
+    its median round by req/s, each ratio is the median of the same-round ratios,
+    ``all_rounds`` sums the correctness counts over every round and ``rounds`` lists
+    every round's req/s and ratios. Raises :class:`BenchError`."""
     rounds: list[dict[str, dict[str, dict[str, Any]]]] = []
     for r in range(s.repeat):
         results: dict[str, dict[str, dict[str, Any]]] = {}
@@ -245,6 +256,7 @@ def relay(
                 "repeat": s.repeat,
                 "brokers": figures,
                 "ratios": ratios,
+                "all_rounds": all_rounds(brokers, per_round),
                 "rounds": [
                     {"req_per_s": {n: f[n]["req_per_s"] for n in brokers}, "ratios": rr}
                     for f, rr in zip(per_round, round_ratios, strict=True)

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from nfgate.bench.cli import bench
 from nfgate.bench.dialects import DIALECTS, FINAL, INTERIM, Dialect, make_body, make_key
+from nfgate.bench.runner import CHECKS, all_rounds
 
 # nfgate-norfab-nofsync starts only if its ready line says "fsync off" (runner.start_broker).
 BROKERS = ("raw", "lean-dcp", "nfgate-dcp", "nfgate-nfp", "nfgate-norfab-nofsync")
@@ -57,6 +58,10 @@ def test_tiny_relay_run_echoes_every_request(tmp_path: Path) -> None:
         assert all(r is not None and r > 0 for r in obj["ratios"].values())
         assert len(obj["rounds"]) == 2
         assert all(set(r["req_per_s"]) == set(BROKERS) for r in obj["rounds"])
+        # Both rounds, not only the median one the figures above come from.
+        assert obj["all_rounds"] == {
+            name: dict.fromkeys(("mismatches", "errors", "unknown", "unanswered"), 0) for name in BROKERS
+        }
     # The NFP job flow: every request got its 202 before its result.
     sync = objects[0]["brokers"]["nfgate-nfp"]
     assert sync["interim"] >= sync["done"]
@@ -142,3 +147,12 @@ def test_path_scenario_fails_when_the_path_loses_replies(
     monkeypatch.setattr(f"{where}.{method}", lambda *args: None)
     with pytest.raises(RuntimeError, match="answered"):
         measure(name, requests=8, rounds=1)
+
+
+def test_a_round_that_lost_replies_shows_even_when_it_is_not_the_median() -> None:
+    good = dict.fromkeys(CHECKS, 0)
+    bad = {**good, "unanswered": 3, "mismatches": 1}
+    counts = all_rounds(
+        ["nfgate-dcp", "raw"], [{"nfgate-dcp": good, "raw": good}, {"nfgate-dcp": bad, "raw": good}]
+    )
+    assert counts == {"nfgate-dcp": bad, "raw": good}
