@@ -61,6 +61,8 @@ _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 # where a scan is fine. A data dir made by an older nfgate loses the index when opened.
 # Not WITHOUT ROWID: measured slower, as uuids are random and bodies can be large (the
 # rows of a WITHOUT ROWID table are the key b-tree; a rowid table appends them).
+# jobs.result: a job's first result, in its own row (JobStore.add_result says why);
+# the results table holds the rest. Added to the data dirs of older nfgates when opened.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     uuid        TEXT PRIMARY KEY,
@@ -71,7 +73,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     client      BLOB NOT NULL,
     body        BLOB NOT NULL,      -- msgpack list of frames
     created_ms  INTEGER NOT NULL,
-    state       TEXT NOT NULL
+    state       TEXT NOT NULL,
+    result      BLOB                -- msgpack [worker, status, frames, stored_ms], or NULL
 );
 DROP INDEX IF EXISTS jobs_state;
 CREATE TABLE IF NOT EXISTS results (
@@ -83,6 +86,7 @@ CREATE TABLE IF NOT EXISTS results (
     PRIMARY KEY (uuid, worker)
 );
 """
+_JOB_COLUMNS = "uuid, service, target, edge, protocol, client, body, created_ms, state"
 
 
 class JobState(enum.Enum):
@@ -190,6 +194,9 @@ class JobStore:
             self._db.execute("PRAGMA synchronous=FULL" if full else "PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.executescript(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+            if "result" not in columns:  # a data dir of an older nfgate
+                self._db.execute("ALTER TABLE jobs ADD COLUMN result BLOB")
             # The WAL is named after the database file as SQLite resolved it (symlinks).
             self._wal_path = Path(self._db.execute("PRAGMA database_list").fetchone()[2] + "-wal")
             # Only without our fsync: then SQLite's checkpoint must first sync the WAL it
@@ -362,7 +369,7 @@ class JobStore:
         """
         try:
             self._write(
-                "INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     job.uuid,
                     job.service,
@@ -387,28 +394,63 @@ class JobStore:
         """Needs no fsync (it acknowledges nothing). Raises :class:`sqlite3.Error`."""
         self._write("UPDATE jobs SET state = ? WHERE uuid = ?", (state.value, uuid))
 
-    def add_result(self, uuid: str, worker: str, status: int, body: Sequence[bytes], now_ms: int) -> None:
-        """Keep ``worker``'s result for ``uuid`` (a later one from the same worker replaces it).
-        Needs no fsync (it acknowledges nothing). Raises :class:`sqlite3.Error`."""
+    def add_result(
+        self,
+        uuid: str,
+        worker: str,
+        status: int,
+        body: Sequence[bytes],
+        now_ms: int,
+        *,
+        inline: bool = False,
+        state: JobState | None = None,
+    ) -> None:
+        """Keep ``worker``'s result for ``uuid`` (a later one from the same worker replaces
+        it), and set the job's ``state`` too if given. Needs no fsync (it acknowledges
+        nothing). Raises :class:`sqlite3.Error`.
+
+        ``inline`` keeps the result in the job's own row, which holds one: the caller
+        puts there a job's first result, and later ones only from the same worker. Why:
+        a row of the results table costs an insert into its primary key, a b-tree of
+        random uuids, where the job's row is found by the key it already has, and the
+        state goes in the same statement (measured: 5 against 13 µs for a result and the
+        state). :meth:`results` returns both kinds.
+        """
+        if inline:
+            blob = msgpack.packb([worker, status, list(body), now_ms], use_bin_type=True)
+            if state is None:
+                self._write("UPDATE jobs SET result = ? WHERE uuid = ?", (blob, uuid))
+            else:
+                self._write("UPDATE jobs SET state = ?, result = ? WHERE uuid = ?", (state.value, blob, uuid))
+            return
         self._write(
             "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?)",
             (uuid, worker, status, _pack(body), now_ms),
         )
+        if state is not None:
+            self.set_state(uuid, state)
 
     def get(self, uuid: str) -> JobRecord | None:
-        row = self._db.execute("SELECT * FROM jobs WHERE uuid = ?", (uuid,)).fetchone()
+        row = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE uuid = ?", (uuid,)).fetchone()
         return None if row is None else self._record(row)
 
     def results(self, uuid: str) -> list[StoredResult]:
-        rows = self._db.execute(
-            "SELECT worker, status, body, stored_ms FROM results WHERE uuid = ? ORDER BY worker", (uuid,)
-        )
-        return [StoredResult(worker=w, status=s, body=_unpack(b), stored_ms=t) for w, s, b, t in rows]
+        """The results kept for ``uuid``, by worker name (one per worker: where the job's
+        row and the results table both hold one, the table's is the later)."""
+        found: dict[str, StoredResult] = {}
+        row = self._db.execute("SELECT result FROM jobs WHERE uuid = ?", (uuid,)).fetchone()
+        if row is not None and row[0] is not None:
+            worker, status, frames, stored = msgpack.unpackb(row[0], raw=False)
+            found[worker] = StoredResult(worker=worker, status=status, body=frames, stored_ms=stored)
+        rows = self._db.execute("SELECT worker, status, body, stored_ms FROM results WHERE uuid = ?", (uuid,))
+        for w, s, b, t in rows:
+            found[w] = StoredResult(worker=w, status=s, body=_unpack(b), stored_ms=t)
+        return [found[w] for w in sorted(found)]
 
     def unfinished(self) -> list[JobRecord]:
         """Jobs to dispatch again after a restart, oldest first."""
         rows = self._db.execute(
-            "SELECT * FROM jobs WHERE state IN (?, ?) ORDER BY created_ms, uuid",
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN (?, ?) ORDER BY created_ms, uuid",
             tuple(s.value for s in UNFINISHED),
         )
         return [self._record(row) for row in rows]

@@ -86,6 +86,7 @@ class _Job:
         "client",
         "core_id",
         "dialect",
+        "inline",
         "recovered",
         "refused",
         "service",
@@ -103,6 +104,7 @@ class _Job:
         self.core_id = 0
         self.announced: list[str] = []  # worker names the client was told (NorFab's 202)
         self.answered: set[str] = set()
+        self.inline = ""  # the worker whose result the job's row holds (JobStore.add_result)
         self.recovered = False
         self.refused = False  # its record could not be stored: the client gets 500, not 202
         self.told = False  # the client has had that 500
@@ -338,27 +340,44 @@ class NfpJobs:
             name = key
         else:
             status, body = reply.status, reply.body or (b"",)
-        if status != STATUS_CANCELLED:
-            # A result acknowledges nothing: no fsync for it (JobStore's module docstring).
-            # One that cannot be stored is relayed all the same: the client is waiting
-            # for it, and only a later GET misses it.
-            self._stored(self._store.add_result, job.uuid, name, status, body, self._clock())
-            self._respond(job, status, body)
+        state = None
         if out.final:
             state = (
                 JobState.CANCELLED
                 if status == STATUS_CANCELLED
                 else (JobState.FAILED if out.reason else JobState.DONE)
             )
+        if status != STATUS_CANCELLED:
+            # A result acknowledges nothing: no fsync for it (JobStore's module docstring).
+            # One that cannot be stored is relayed all the same: the client is waiting
+            # for it, and only a later GET misses it. The job's row keeps its first
+            # result (and that worker's later ones), with the final state in the same
+            # statement; a recovered job's row may hold one from before the restart.
+            inline = not job.recovered and job.inline in ("", name)
+            if inline:
+                job.inline = name
+            self._stored(
+                self._store.add_result,
+                job.uuid,
+                name,
+                status,
+                body,
+                self._clock(),
+                inline=inline,
+                state=state,
+            )
+            self._respond(job, status, body)
+        elif state is not None:
             self._stored(self._store.set_state, job.uuid, state)
+        if out.final:
             del self._live[reply.id]
             self._by_uuid.pop(job.uuid, None)
 
-    def _stored(self, write: Callable[..., None], *args: Any) -> None:
+    def _stored(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
         """Run one store write that acknowledges nothing; a failure is counted, not raised."""
         try:
             self._store.begin(durable=False)
-            write(*args)
+            write(*args, **kwargs)
         except sqlite3.Error as exc:
             self._store_failed(exc)
 

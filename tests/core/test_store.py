@@ -17,7 +17,7 @@ import pytest
 
 from nfgate import store as store_module
 from nfgate.errors import ConfigError
-from nfgate.store import JobRecord, JobState, JobStore
+from nfgate.store import JobRecord, JobState, JobStore, StoredResult
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -143,8 +143,9 @@ def test_data_dir_of_the_old_schema_still_opens(tmp_path: Path) -> None:
     assert not store.add(job("old"))  # its uuid is still taken
     store.begin(durable=False)
     store.add_result("new", "w1", 200, [b"n"], now_ms=10)
-    store.set_state("old", JobState.DONE)
+    store.add_result("old", "w2", 200, [b"inline"], now_ms=11, inline=True, state=JobState.DONE)
     store.commit()
+    assert [r.body for r in store.results("old")] == [(b"r",), (b"inline",)]  # the job's row gained a column
     assert [j.uuid for j in store.unfinished()] == ["new"]
     assert store.purge(older_than_ms=8) == 1 and store.get("old") is None and store.results("old") == []
     store.close()
@@ -152,6 +153,42 @@ def test_data_dir_of_the_old_schema_still_opens(tmp_path: Path) -> None:
     indexes = {name for (name,) in again.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     again.close()
     assert "jobs_state" not in indexes
+
+
+def test_a_jobs_first_result_and_state_are_one_update_of_its_row(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite3", fsync=False)
+    store.add(job("u1"))
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    store.begin(durable=False)
+    store.add_result("u1", "w1", 200, [b"first"], now_ms=5, inline=True, state=JobState.DONE)
+    store.commit()
+    assert [s.split()[0] for s in statements] == ["BEGIN", "UPDATE", "COMMIT"]
+    assert store.get("u1") == job("u1", state=JobState.DONE)
+    assert store.results("u1") == [StoredResult(worker="w1", status=200, body=[b"first"], stored_ms=5)]
+    # Results of other workers go to the results table; GET sees every one, by worker.
+    store.add_result("u1", "w0", 500, [b"other"], now_ms=6)
+    store.add_result("u1", "w2", 200, [b"", b"two"], now_ms=7, state=JobState.FAILED)
+    assert [(r.worker, r.body) for r in store.results("u1")] == [
+        ("w0", (b"other",)),
+        ("w1", (b"first",)),
+        ("w2", (b"", b"two")),
+    ]
+    assert store.get("u1").state is JobState.FAILED  # type: ignore[union-attr]
+    # The same worker again: its later result replaces the earlier, in either place.
+    store.add_result("u1", "w1", 201, [b"again"], now_ms=8, inline=True)
+    store.add_result("u1", "w0", 200, [b"later"], now_ms=9)
+    assert [(r.worker, r.status, r.body) for r in store.results("u1")] == [
+        ("w0", 200, (b"later",)),
+        ("w1", 201, (b"again",)),
+        ("w2", 200, (b"", b"two")),
+    ]
+    # A job's row and the table can both hold one for a worker (a job recovered after
+    # a restart stores in the table): the table's is the later.
+    store.add_result("u1", "w1", 202, [b"after restart"], now_ms=10)
+    assert [r.body for r in store.results("u1") if r.worker == "w1"] == [(b"after restart",)]
+    assert store.purge(older_than_ms=2000) == 1 and store.results("u1") == []
+    store.close()
 
 
 @pytest.fixture
@@ -270,7 +307,7 @@ def test_acknowledged_batch_survives_kill_9(tmp_path: Path) -> None:
     child = textwrap.dedent(
         f"""
         import os, signal, sys
-        from nfgate.store import JobRecord, JobState, JobStore
+        from nfgate.store import JobRecord, JobState, JobStore, StoredResult
         store = JobStore({str(db)!r})
         store.add(JobRecord(uuid="u-old", service="echo", target="any", edge="nfp",
                             protocol="nfp", client=b"c1", body=[b"old"], created_ms=1))
