@@ -169,6 +169,11 @@ def reregister(ctx: CaseContext) -> None:
     settle(ctx)
     first.beat.active = False
     first.dealer.send(_nfp.disconnect(ctx, WORKER, service))
+    # Let the DISCONNECT arrive before the new socket's READY: both carry the same
+    # identity and ZeroMQ orders messages per connection only, so a broker that read the
+    # READY first would take the old connection's DISCONNECT for the new worker's. The
+    # clause is about re-registering after DISCONNECT, not about that race.
+    settle(ctx)
     first.dealer.sock.close(0)
     again = SuiteWorker(ctx, service, name=first.name).register()
     settle(ctx)
