@@ -307,7 +307,7 @@ def test_acknowledged_batch_survives_kill_9(tmp_path: Path) -> None:
     child = textwrap.dedent(
         f"""
         import os, signal, sys
-        from nfgate.store import JobRecord, JobState, JobStore, StoredResult
+        from nfgate.store import JobRecord, JobState, JobStore
         store = JobStore({str(db)!r})
         store.add(JobRecord(uuid="u-old", service="echo", target="any", edge="nfp",
                             protocol="nfp", client=b"c1", body=[b"old"], created_ms=1))
