@@ -94,6 +94,8 @@ class Gateway:
             *self._senders,
             *((edge, edge.flush) for edge in edges),
         ]
+        # Edges whose input can wait where no socket announces it (MemoDB's posted receives).
+        self._eager = [edge for edge in edges if type(edge).pending is not Edge.pending]
         self._wake_fd = wake_fd
         if wake_fd is not None:
             self._poller.register(wake_fd, zmq.POLLIN)
@@ -167,18 +169,28 @@ class Gateway:
         wait = self._wait(now, max_wait_ms)
         ready = self._poller.poll(wait)
         now = self._clock()
+        read: list[Edge] = []
         for sock, _ in ready:
             if sock == self._wake_fd:
                 self._drain_wake_fd()
                 continue
             edge = self._by_socket[sock]
+            if edge not in read:  # an edge with two sockets (MemoDB: requests, closed connections) reads once
+                read.append(edge)
+        quiet = not read  # no socket was ready: only eager edges can have input
+        read.extend(edge for edge in self._eager if edge not in read and edge.pending())
+        for edge in read:
             try:
-                self._read(edge, now)
+                if self._read(edge, now):
+                    quiet = False
             except Exception:
                 # A bug must not take the broker down for every other peer: log it with
                 # its traceback, count it (tests assert the count stays 0), carry on.
                 self.internal_errors += 1
                 log.exception("internal error while handling input on edge %s", edge.name)
+        if quiet:
+            for edge in self._eager:
+                edge.settle()
         self._tick(now)
         if self._actions:
             self._act(now)
@@ -189,17 +201,19 @@ class Gateway:
 
     # ----------------------------------------------------------------- plumbing
 
-    def _read(self, edge: Edge, now: int) -> None:
+    def _read(self, edge: Edge, now: int) -> bool:
         """Up to BATCH of ``edge``'s waiting messages, SEND_EVERY at a time, each chunk's
-        commands fed to the core and every edge's queued sends sent after it."""
-        for _ in range(BATCH // SEND_EVERY):
+        commands fed to the core and every edge's queued sends sent after it. True if
+        any chunk had commands."""
+        for i in range(BATCH // SEND_EVERY):
             commands = edge.receive(now, SEND_EVERY)
             if not commands:
                 # Nothing left, or a chunk that asked nothing of the core: anything still
                 # waiting makes the next poll return at once.
-                return
+                return i > 0
             self.feed(commands, now)
             self._run(self._senders, now)
+        return True
 
     def feed(self, commands: Sequence[Command], now: int) -> None:
         """Give ``commands`` to the core and every output to its edge, until quiet."""
@@ -252,6 +266,8 @@ class Gateway:
                 log.exception("internal error in %s of edge %s", flush.__name__, edge.name)
 
     def _wait(self, now: int, cap: int) -> int:
+        if any(edge.pending() for edge in self._eager):
+            return 0
         deadlines = [d for d in (e.next_deadline() for e in self.edges.values()) if d is not None]
         core = self.router.next_deadline()
         if core is not None:

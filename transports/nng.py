@@ -14,7 +14,10 @@ Design (no helper thread, no per-message thread):
   takes a context (a free one, or a new one) and calls ``nng_ctx_recvmsg`` with
   ``NNG_FLAG_NONBLOCK``: the waiting request is bound to that context, and the context
   is *held* until the edge answers or drops it. An empty socket answers ``NNG_EAGAIN``
-  at once, never blocking the loop.
+  at once, never blocking the loop. Under a burst the edge also *posts* receives
+  (``nng_ctx_recv`` with an aio and no callback), so that NNG's threads take the
+  requests and do the socket reads; the loop collects them (:meth:`RepEndpoint.post`,
+  below).
 * **Replying** -- ``nng_ctx_sendmsg`` with ``NNG_FLAG_NONBLOCK`` is unusable: when the
   pipe is still busy with an earlier reply (several contexts multiplexed on one peer
   socket, multi-MB bodies) it fails *and* forgets the request (``NNG_ESTATE`` on retry).
@@ -29,8 +32,8 @@ Design (no helper thread, no per-message thread):
   byte to an ``os.pipe`` whose read end (:attr:`RepEndpoint.event_fd`) the loop polls
   too, so the edge learns at once that a worker or client is gone.
 
-Cost: per request one non-blocking receive call, per reply one aio start plus one busy
-check; no thread hand-off and no wake-up byte per message (only per closed
+Cost: per request one non-blocking receive call (or, under a burst, one busy check of
+a posted receive and one new post), per reply one aio start plus one busy check; no thread hand-off and no wake-up byte per message (only per closed
 connection), no GIL traffic from NNG's threads into Python on the message path
 (completion callbacks would need pynng's private aio map). The price is the backoff
 polling while a reply waits on a busy pipe, and the use of pynng's cffi ``lib``/``ffi``
@@ -71,6 +74,7 @@ __all__ = [
 _NONBLOCK = int(lib.NNG_FLAG_NONBLOCK)
 _EAGAIN = int(lib.NNG_EAGAIN)
 _ECLOSED = int(lib.NNG_ECLOSED)
+_INFINITE = -1  # NNG_DURATION_INFINITE: a posted receive waits until a request or unpost()
 _RETRY_MAX_MS = 32  # longest wait between two checks of a reply stuck on a busy pipe
 _FREE_CONTEXTS = 256  # idle contexts kept for reuse; more are closed
 _GONE_MAX = 65_536  # pipe closures remembered between two reads; older ones are lost (liveness still acts)
@@ -132,6 +136,7 @@ class RepEndpoint:
         self.max_contexts = max_contexts
         self.send_timeout_ms = send_timeout_ms
         self.received = 0
+        self.received_posted = 0  # of those, taken by posted receives (read by NNG's threads)
         self.refused = 0  # requests dropped unanswered because max_contexts were held
         self.dropped = 0  # requests the edge chose not to answer
         self.send_failed = 0  # replies NNG could not deliver (timeout, socket closed)
@@ -139,6 +144,11 @@ class RepEndpoint:
         self._free: list[object] = []  # contexts ready for the next request
         self._aios: list[object] = []  # idle nng_aio * for replies
         self.sending: list[tuple[object, object]] = []  # (aio, ctx) of replies still going out
+        self.posted: list[tuple[object, object]] = []  # (aio, ctx) of receives waiting for a request
+        self._raios: list[object] = []  # idle nng_aio * for posted receives
+        self._target = 0  # receives to keep posted (post(), harvest())
+        # (ctx, pipe id, message) of requests posted receives took, for recv()
+        self._ready: deque[tuple[object, int, bytes]] = deque()
         self._next_key = 1
         self._msgp = ffi.new("nng_msg **")
         self._retry_ms = 1
@@ -194,25 +204,25 @@ class RepEndpoint:
 
     def recv(self) -> tuple[int, int, bytes] | None:
         """The next waiting request as ``(key, pipe id, message)``, or None when none is
-        waiting. Requests beyond ``max_contexts`` are dropped and counted, not returned.
+        waiting: first those that posted receives took (:meth:`harvest`), then those
+        waiting on the socket. Requests beyond ``max_contexts`` are dropped and counted,
+        not returned.
 
         Raises :class:`TransportError` if NNG fails for another reason than "nothing
         waiting" or "socket closed".
         """
         for _ in range(64):  # refusals consumed per call: bounded work per poll
-            ctx = self._free.pop() if self._free else self._open()
-            rv = lib.nng_ctx_recvmsg(ctx[0], self._msgp, _NONBLOCK)  # type: ignore[index]
-            if rv != 0:
-                self._free.append(ctx)
-                if rv in (_EAGAIN, _ECLOSED):
-                    return None
-                raise TransportError(f"receive on {self.url} failed: {_strerror(rv)}")
-            msg = self._msgp[0]
-            try:
-                data = bytes(ffi.buffer(lib.nng_msg_body(msg), lib.nng_msg_len(msg)))
-                pipe = int(lib.nng_pipe_id(lib.nng_msg_get_pipe(msg)))
-            finally:
-                lib.nng_msg_free(msg)
+            if self._ready or (self.posted and self.harvest()):
+                ctx, pipe, data = self._ready.popleft()
+            else:
+                ctx = self._free.pop() if self._free else self._open()
+                rv = lib.nng_ctx_recvmsg(ctx[0], self._msgp, _NONBLOCK)  # type: ignore[index]
+                if rv != 0:
+                    self._free.append(ctx)
+                    if rv in (_EAGAIN, _ECLOSED):
+                        return None
+                    raise TransportError(f"receive on {self.url} failed: {_strerror(rv)}")
+                pipe, data = _take(self._msgp[0])
             self.received += 1
             if len(self._held) >= self.max_contexts:
                 # The context forgets this request when it receives the next one.
@@ -224,6 +234,78 @@ class RepEndpoint:
             self._held[key] = ctx
             return key, pipe, data
         return None
+
+    # Posted receives. A receive posted on a context before its request arrives is
+    # completed by NNG's own thread, which also re-arms the connection's read; a
+    # non-blocking nng_ctx_recvmsg does that (a readv, an epoll_ctl, and a getrandom
+    # for the aio it sets up) on the caller's thread, the gateway's loop. So under a
+    # burst the edge keeps receives posted (post), collects the completed ones with one
+    # nng_aio_busy each and posts new ones in their place (harvest). NNG raises the
+    # socket's receive fd only when no context is waiting, so a request taken by a
+    # posted receive wakes nobody: while any is posted the loop polls without sleeping
+    # (pending), and the edge withdraws them (unpost) once the loop has been quiet for
+    # a few iterations, after which the fd announces requests again.
+
+    @property
+    def pending(self) -> bool:
+        """Receives are posted, or requests they took wait for :meth:`recv`."""
+        return bool(self.posted or self._ready)
+
+    def post(self, target: int) -> None:
+        """Keep up to ``target`` receives posted (fewer when ``max_contexts`` would be passed).
+
+        Raises :class:`TransportError` if NNG cannot open a context or an aio.
+        """
+        self._target = target
+        want = min(target, self.max_contexts - len(self._held) - len(self._ready)) - len(self.posted)
+        for _ in range(want):
+            ctx = self._free.pop() if self._free else self._open()
+            if self._raios:
+                aio = self._raios.pop()
+            else:
+                aio = self._alloc_aio()
+                lib.nng_aio_set_timeout(aio, _INFINITE)
+            lib.nng_ctx_recv(ctx[0], aio)  # type: ignore[index]
+            self.posted.append((aio, ctx))
+
+    def harvest(self) -> int:
+        """Collect the posted receives that got a request (for :meth:`recv`); returns how many did."""
+        if not self.posted:
+            return 0
+        busy = lib.nng_aio_busy
+        still: list[tuple[object, object]] = []
+        got = 0
+        for aio, ctx in self.posted:
+            if busy(aio):
+                still.append((aio, ctx))
+            else:
+                got += self._collect(aio, ctx)
+        self.posted = still
+        if got:
+            self.post(self._target)
+        return got
+
+    def unpost(self) -> None:
+        """Withdraw every posted receive; a request one took meanwhile is kept for :meth:`recv`."""
+        posted, self.posted = self.posted, []
+        self._target = 0
+        for aio, _ in posted:
+            lib.nng_aio_cancel(aio)  # completes it at once (NNG_ECANCELED) unless a request won the race
+        for aio, ctx in posted:
+            lib.nng_aio_wait(aio)
+            self._collect(aio, ctx)
+
+    def _collect(self, aio: object, ctx: object) -> int:
+        rv = lib.nng_aio_result(aio)
+        msg = lib.nng_aio_get_msg(aio) if rv == 0 else ffi.NULL
+        lib.nng_aio_set_msg(aio, ffi.NULL)
+        self._raios.append(aio)
+        if msg == ffi.NULL:  # withdrawn, or the socket closed
+            self._recycle(ctx)
+            return 0
+        self._ready.append((ctx, *_take(msg)))
+        self.received_posted += 1
+        return 1
 
     def _open(self) -> object:
         ctx = ffi.new("nng_ctx *")
@@ -331,9 +413,11 @@ class RepEndpoint:
             lib.nng_aio_stop(aio)  # cancels and waits: NNG no longer touches it after this
             self._sent(aio, _)
         self.sending = []
-        for aio in self._aios:
+        self.unpost()
+        for aio in (*self._aios, *self._raios):
             lib.nng_aio_free(aio)
-        self._aios = []
+        self._aios, self._raios = [], []
+        self._ready.clear()
         self._held.clear()
         self._free.clear()
         self.socket.close()  # closes every context too (and calls _pipe_removed per peer)
@@ -343,6 +427,16 @@ class RepEndpoint:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def _take(msg: object) -> tuple[int, bytes]:
+    """The pipe id and body of a received ``nng_msg *``, which is freed."""
+    try:
+        return int(lib.nng_pipe_id(lib.nng_msg_get_pipe(msg))), bytes(
+            ffi.buffer(lib.nng_msg_body(msg), lib.nng_msg_len(msg))
+        )
+    finally:
+        lib.nng_msg_free(msg)
 
 
 def _strerror(rv: int) -> str:

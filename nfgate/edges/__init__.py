@@ -160,6 +160,15 @@ class Edge(abc.ABC):
         """End of one loop iteration, second phase: commit (NFP's group commit of job
         records) and send what waited for the commit (NFP's 202s)."""
 
+    def pending(self) -> bool:
+        """Input may be waiting that no socket of :meth:`sockets` announces: the gateway
+        then reads this edge in every iteration and does not sleep in its poll."""
+        return False
+
+    def settle(self) -> None:  # noqa: B027 - optional hook
+        """A loop iteration found nothing to do: make :meth:`pending` false unless input
+        is really waiting, so that the loop can sleep."""
+
     def tick(self, now_ms: int) -> list[Command]:
         """Edge timers (heartbeats to send); returns commands for the core."""
         return []

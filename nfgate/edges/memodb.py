@@ -48,6 +48,9 @@ __all__ = ["MemodbEdge", "make"]
 
 log = logging.getLogger("nfgate.edge.memodb")
 
+_QUIET_MAX = 4  # quiet loop iterations before posted receives are withdrawn
+_POST_MAX = 64  # receives kept posted at most (transports/nng.py, RepEndpoint.post)
+_BURST = 8  # requests read in one loop iteration that make posting receives worth it
 _ID_SPACE = 2**32  # bcdb: "typedef uint32_t WorkerID", sent as 4 raw bytes
 
 
@@ -109,6 +112,8 @@ class MemodbEdge(Edge):
         self._worker_pipes: dict[int, set[bytes]] = {}  # connection -> IDs of its workers
         self._next_id = int.from_bytes(os.urandom(4), "big")  # a restarted broker knows no old ID
         self._reap_at: int | None = None
+        self._quiet = 0
+        self._taken = 0  # requests read in this loop iteration (a burst: post receives)
 
     @property
     def endpoint(self) -> str:
@@ -119,6 +124,18 @@ class MemodbEdge(Edge):
 
     # ------------------------------------------------------------------ input
 
+    def pending(self) -> bool:
+        return self.transport.pending
+
+    def settle(self) -> None:
+        # A request taken by a posted receive wakes no poll: withdraw them once the loop
+        # has been quiet for a few iterations, and NNG's fd announces requests again.
+        if self.transport.posted:
+            self._quiet += 1
+            if self._quiet >= _QUIET_MAX:
+                self._quiet = 0
+                self.transport.unpost()
+
     def receive(self, now_ms: int, budget: int) -> list[Command]:
         out: list[Command] = []
         recv = self.transport.recv
@@ -126,6 +143,7 @@ class MemodbEdge(Edge):
             got = recv()
             if got is None:
                 break
+            self._taken += 1
             key, pipe, data = got
             try:
                 message = wire.decode([data], "spec")
@@ -134,6 +152,9 @@ class MemodbEdge(Edge):
                 self.transport.drop(key)
                 continue
             self._on_message(key, pipe, message, now_ms, out)
+        if self._taken >= _BURST:
+            # A burst: NNG's threads take the rest of it (transports/nng.py, "Posted receives").
+            self.transport.post(_POST_MAX)
         for pipe in self.transport.closed_pipes():
             self._pipe_gone(pipe, out)
         return out
@@ -460,6 +481,8 @@ class MemodbEdge(Edge):
         return min(dues) if dues else None
 
     def flush(self, now_ms: int) -> None:
+        if self._taken:
+            self._taken = self._quiet = 0
         if self.transport.reap():
             wait = self.transport.retry_after_ms()
             self._reap_at = now_ms + (wait or 1)
@@ -479,7 +502,12 @@ class MemodbEdge(Edge):
         stats = dict(self.counters)
         t = self.transport
         stats.update(
-            received=t.received, refused=t.refused, dropped=t.dropped, send_failed=t.send_failed, held=t.held
+            received=t.received,
+            received_posted=t.received_posted,
+            refused=t.refused,
+            dropped=t.dropped,
+            send_failed=t.send_failed,
+            held=t.held,
         )
         stats["workers"] = len(self._workers)
         return stats

@@ -555,3 +555,56 @@ def test_random_messages_in_random_states_never_hurt_the_gateway(fast: tuple[Run
     send(worker, Result(id=job.id, payload=b"ok"))
     assert get(client) == Result(payload=b"ok")
     assert gw.gateway.internal_errors == 0
+
+
+def test_a_burst_goes_to_posted_receives_and_an_idle_loop_sleeps_on_the_fd_again(tmp_path: Path) -> None:
+    # The gateway is stepped by hand, so that a burst is surely waiting when it reads.
+    cfg = load(None, data_dir=tmp_path / "data", binds=random_binds())
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    gateway = build(cfg, context)
+    edge = gateway.edges["memodb"]
+    url = edge.endpoint
+    shared = connect_req(url, recv_timeout_ms=5000)
+    stop = threading.Event()
+    served: list[int] = []
+    contexts = [shared.new_context() for _ in range(4)]
+    workers = [threading.Thread(target=_echo_worker, args=(c, stop, served), daemon=True) for c in contexts]
+    clients = [connect_req(url, recv_timeout_ms=5000) for _ in range(32)]
+
+    def step_until(predicate: object, steps: int = 5000) -> None:
+        deadline = time.monotonic() + 10
+        for _ in range(steps):
+            if predicate() or time.monotonic() > deadline:  # type: ignore[operator]
+                break
+            gateway.step(max_wait_ms=20)
+        assert predicate(), "condition not met in time"  # type: ignore[operator]
+
+    try:
+        for t in workers:
+            t.start()
+        step_until(lambda: len(gateway.router.workers()) == 4)
+        for i, sock in enumerate(clients):
+            send(sock, Job(service="echo", timeout_ms=5000, payload=b"%d" % i))
+        time.sleep(0.3)  # all 32 at the socket before the next read: a burst
+        # 4 READY, 32 JOB, 32 RESULT read; only the workers' next long-polls held.
+        step_until(lambda: edge.transport.received == 68 and edge.transport.held == 4)
+        for i, sock in enumerate(clients):
+            assert get(sock) == Result(payload=b"%d" % i)
+        stats = edge.stats()
+        assert stats["received_posted"] > 0 and stats["refused"] == 0
+        # Quiet again: the receives are withdrawn, so that the poll may sleep on the fd.
+        step_until(lambda: not edge.pending(), steps=50)
+        assert gateway._wait(gateway._clock(), 1000) > 0  # the next poll may sleep
+        # A lone request is announced by the fd and served.
+        send(clients[0], Job(service="echo", timeout_ms=5000, payload=b"late"))
+        step_until(lambda: edge.transport.received == 70 and edge.transport.held == 4)
+        assert get(clients[0]) == Result(payload=b"late")
+        assert gateway.internal_errors == 0
+    finally:
+        stop.set()
+        for sock in (*clients, *contexts, shared):
+            sock.close()
+        for t in workers:
+            t.join(timeout=5)
+        gateway.close()
+        context.term()

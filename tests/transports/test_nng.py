@@ -7,11 +7,12 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pynng
 import pytest
+from pynng import lib
 
 from nfgate.errors import TransportError
 from nfgate.transports.nng import RepEndpoint, client_tls, connect_req, nng_url, server_tls
@@ -202,3 +203,89 @@ def test_tls_with_a_self_signed_certificate(tmp_path: Path) -> None:
 def test_tls_url_without_certificate_is_refused() -> None:
     with pytest.raises(TransportError, match="certificate"):
         RepEndpoint("tls+tcp://127.0.0.1:*")
+
+
+def _until(check: Callable[[], bool], timeout: float = 3.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail("condition not met in time")
+        time.sleep(0.005)
+
+
+def _completed(endpoint: RepEndpoint) -> int:
+    return sum(1 for aio, _ in endpoint.posted if not lib.nng_aio_busy(aio))
+
+
+def test_posted_receives_take_requests_and_unpost_hands_the_socket_back_to_the_fd(
+    rep: RepEndpoint,
+) -> None:
+    sock = connect_req(rep.endpoint)
+    try:
+        rep.post(4)
+        assert len(rep.posted) == 4 and rep.pending
+        replies: dict[bytes, bytes] = {}
+        threads = [ask(sock.new_context(), b"p%d" % i, replies) for i in range(3)]
+        # Taken by NNG's threads: the fd stays down, as nothing waits for a context.
+        _until(lambda: _completed(rep) == 3)
+        assert not select.select([rep.fd], [], [], 0)[0]
+        taken = [rep.recv() for _ in range(3)]
+        got = {data: key for key, _, data in filter(None, taken)}
+        assert set(got) == {b"p0", b"p1", b"p2"}
+        assert rep.received_posted == 3 and rep.held == 3
+        assert len(rep.posted) == 4  # a harvest posts new receives in place of the completed ones
+        for data, key in got.items():
+            assert rep.send(key, data.upper())
+        for t in threads:
+            t.join(5)
+        assert replies == {b"p0": b"P0", b"p1": b"P1", b"p2": b"P2"}
+        rep.unpost()
+        assert not rep.posted and not rep.pending and rep.recv() is None
+        # With nothing posted, a request raises the fd again and is read on the caller's thread.
+        threads = [ask(sock, b"late", replies)]
+        key, _, data = wait_recv(rep)
+        assert data == b"late" and rep.received_posted == 3
+        assert rep.send(key, b"LATE")
+        threads[0].join(5)
+        assert replies[b"late"] == b"LATE"
+    finally:
+        sock.close()
+
+
+def test_unpost_keeps_a_request_a_posted_receive_already_took(rep: RepEndpoint) -> None:
+    sock = connect_req(rep.endpoint)
+    try:
+        rep.post(2)
+        replies: dict[bytes, bytes] = {}
+        thread = ask(sock, b"taken", replies)
+        _until(lambda: _completed(rep) == 1)
+        rep.unpost()
+        assert not rep.posted and rep.pending  # withdrawn, but the request is not lost
+        key, _, data = rep.recv()  # type: ignore[misc]
+        assert data == b"taken" and not rep.pending
+        assert rep.send(key, b"kept")
+        thread.join(5)
+        assert replies[b"taken"] == b"kept"
+    finally:
+        sock.close()
+
+
+def test_posted_receives_count_against_max_contexts() -> None:
+    rep = RepEndpoint("tcp://127.0.0.1:*", max_contexts=3)
+    sock = connect_req(rep.endpoint)
+    try:
+        sock.send(b"held")
+        wait_recv(rep)
+        rep.post(10)
+        assert len(rep.posted) == 2  # one context holds a request: two are left
+    finally:
+        sock.close()
+        rep.close()  # withdraws what is posted: must not hang
+
+
+def test_close_with_receives_posted_returns() -> None:
+    rep = RepEndpoint("tcp://127.0.0.1:*", max_contexts=8)
+    rep.post(8)
+    started = time.monotonic()
+    rep.close()
+    assert time.monotonic() - started < 2 and not rep.posted
