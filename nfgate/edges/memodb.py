@@ -48,6 +48,8 @@ __all__ = ["MemodbEdge", "make"]
 
 log = logging.getLogger("nfgate.edge.memodb")
 
+# The transport's counters in the edge's stats.
+_TRANSPORT_COUNTERS = ("received", "received_posted", "refused", "dropped", "send_failed", "held")
 _QUIET_MAX = 4  # quiet loop iterations before posted receives are withdrawn
 _POST_MAX = 64  # receives kept posted at most (transports/nng.py, RepEndpoint.post)
 _BURST = 8  # requests read in one loop iteration that make posting receives worth it
@@ -500,15 +502,8 @@ class MemodbEdge(Edge):
 
     def stats(self) -> dict[str, int]:
         stats = dict(self.counters)
-        t = self.transport
-        stats.update(
-            received=t.received,
-            received_posted=t.received_posted,
-            refused=t.refused,
-            dropped=t.dropped,
-            send_failed=t.send_failed,
-            held=t.held,
-        )
+        for name in _TRANSPORT_COUNTERS:
+            stats[name] = getattr(self.transport, name)
         stats["workers"] = len(self._workers)
         return stats
 
