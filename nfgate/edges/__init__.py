@@ -89,6 +89,10 @@ class Edge(abc.ABC):
     """
 
     protocol: str = ""
+    drained: bool = False
+    """Set by :meth:`receive` when it stopped because nothing more was waiting, not
+    because its budget ran out: the gateway then reads no further chunk from this edge
+    in this iteration (an edge that never sets it is read until a chunk yields no command)."""
 
     def __init__(self, settings: EdgeSettings) -> None:
         self.name = settings.name
@@ -207,6 +211,7 @@ class Decoding:
     transport: RouterEndpoint
 
     if TYPE_CHECKING:  # provided by Edge, which comes first in the subclasses' MRO
+        drained: bool
 
         def peer(self, address: bytes, sub: bytes = b"") -> Peer: ...
 
@@ -220,6 +225,7 @@ class Decoding:
         for _ in range(budget):
             got = recv()
             if got is None:
+                self.drained = True
                 return
             address, frames = got
             dialect = dialect_of(address, frames)

@@ -176,8 +176,11 @@ class DbpEdge(RouterEdge):
             self._remember(address, dialect)
             self._on_message(address, message, dialect, now_ms, out)
         if self.udp is not None:
-            for data, sender in self.udp.recv_batch(budget):
+            batch = self.udp.recv_batch(budget)
+            for data, sender in batch:
                 self._on_datagram(data, sender, now_ms, out)
+            if len(batch) == budget:
+                self.drained = False  # more datagrams may be waiting
         return out
 
     def dialect_of(self, address: bytes, frames: list[bytes]) -> str:

@@ -144,6 +144,7 @@ class MemodbEdge(Edge):
         for _ in range(budget):
             got = recv()
             if got is None:
+                self.drained = True
                 break
             self._taken += 1
             key, pipe, data = got

@@ -72,3 +72,23 @@ def test_an_edge_reads_at_most_a_batch_per_iteration(loop: tuple[Gateway, Record
     gateway, memory = loop
     iterate(gateway, memory, *[(b"c%d" % i, request(b"r%d" % i)) for i in range(BATCH + 10)])
     assert sum(kind == "recv" for kind, _, _ in memory.events) == BATCH
+
+
+def test_an_edge_whose_socket_ran_dry_is_not_read_again_in_the_same_iteration(
+    loop: tuple[Gateway, Recorded],
+) -> None:
+    gateway, memory = loop
+    reads: list[bool] = []
+    recv = memory.recv
+
+    def counting() -> tuple[bytes, list[bytes]] | None:
+        got = recv()
+        reads.append(got is not None)
+        return got
+
+    memory.recv = counting  # type: ignore[method-assign]
+    iterate(gateway, memory, (b"w1", Registration(service=b"echo")), (b"c1", request(b"r1")))
+    # Two messages, then one empty read that ends the chunk and the edge's turn: a
+    # second chunk would only meet the empty socket again (an exception in pyzmq).
+    assert reads == [True, True, False]
+    assert any(kind == "send" and peer == b"w1" for kind, peer, _ in memory.events)
