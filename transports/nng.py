@@ -33,9 +33,10 @@ Design (no helper thread, no per-message thread):
   too, so the edge learns at once that a worker or client is gone.
 
 Cost: per request one non-blocking receive call (or, under a burst, one busy check of
-a posted receive and one new post), per reply one aio start plus one busy check; no thread hand-off and no wake-up byte per message (only per closed
-connection), no GIL traffic from NNG's threads into Python on the message path
-(completion callbacks would need pynng's private aio map). The price is the backoff
+a posted receive and one new post), per reply one aio start plus one busy check; no
+thread hand-off and no wake-up byte per message (only per closed connection), no GIL
+traffic from NNG's threads into Python on the message path (completion callbacks
+would need pynng's private aio map). The price is the backoff
 polling while a reply waits on a busy pipe, and the use of pynng's cffi ``lib``/``ffi``
 for the NNG calls its Python classes lack (pynng's own TLSConfig uses them the same
 way). A helper thread running contexts with pynng's blocking or asyncio API was the
