@@ -145,7 +145,7 @@ class RepEndpoint:
         self._free: list[object] = []  # contexts ready for the next request
         self._aios: list[object] = []  # idle nng_aio * for replies
         self.sending: list[tuple[object, object]] = []  # (aio, ctx) of replies still going out
-        self.posted: list[tuple[object, object]] = []  # (aio, ctx) of receives waiting for a request
+        self.posted: deque[tuple[object, object]] = deque()  # (aio, ctx) of receives, oldest first
         self._raios: list[object] = []  # idle nng_aio * for posted receives
         self._target = 0  # receives to keep posted (post(), harvest())
         # (ctx, pipe id, message) of requests posted receives took, for recv()
@@ -271,24 +271,19 @@ class RepEndpoint:
 
     def harvest(self) -> int:
         """Collect the posted receives that got a request (for :meth:`recv`); returns how many did."""
-        if not self.posted:
-            return 0
-        busy = lib.nng_aio_busy
-        still: list[tuple[object, object]] = []
+        posted, busy = self.posted, lib.nng_aio_busy
         got = 0
-        for aio, ctx in self.posted:
-            if busy(aio):
-                still.append((aio, ctx))
-            else:
-                got += self._collect(aio, ctx)
-        self.posted = still
+        # rep0 hands a request to the context that has waited longest (its receive queue
+        # is a FIFO), so the completed receives are the oldest: stop at the first busy one.
+        while posted and not busy(posted[0][0]):
+            got += self._collect(*posted.popleft())
         if got:
             self.post(self._target)
         return got
 
     def unpost(self) -> None:
         """Withdraw every posted receive; a request one took meanwhile is kept for :meth:`recv`."""
-        posted, self.posted = self.posted, []
+        posted, self.posted = self.posted, deque()
         self._target = 0
         for aio, _ in posted:
             lib.nng_aio_cancel(aio)  # completes it at once (NNG_ECANCELED) unless a request won the race
