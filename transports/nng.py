@@ -240,12 +240,12 @@ class RepEndpoint:
     # completed by NNG's own thread, which also re-arms the connection's read; a
     # non-blocking nng_ctx_recvmsg does that (a readv, an epoll_ctl, and a getrandom
     # for the aio it sets up) on the caller's thread, the gateway's loop. So under a
-    # burst the edge keeps receives posted (post), collects the completed ones with one
-    # nng_aio_busy each and posts new ones in their place (harvest). NNG raises the
-    # socket's receive fd only when no context is waiting, so a request taken by a
-    # posted receive wakes nobody: while any is posted the loop polls without sleeping
-    # (pending), and the edge withdraws them (unpost) once the loop has been quiet for
-    # a few iterations, after which the fd announces requests again.
+    # burst the edge keeps receives posted (post), collects the completed ones (the
+    # oldest, checked with nng_aio_busy) and posts new ones in their place (harvest).
+    # NNG raises the socket's receive fd only when no context is waiting, so a request
+    # taken by a posted receive wakes nobody: while any is posted the loop polls
+    # without sleeping (pending), and the edge withdraws them (unpost) once the loop
+    # has been quiet for a few iterations, after which the fd announces requests again.
 
     @property
     def pending(self) -> bool:
