@@ -78,6 +78,7 @@ _ECLOSED = int(lib.NNG_ECLOSED)
 _INFINITE = -1  # NNG_DURATION_INFINITE: a posted receive waits until a request or unpost()
 _RETRY_MAX_MS = 32  # longest wait between two checks of a reply stuck on a busy pipe
 _FREE_CONTEXTS = 256  # idle contexts kept for reuse; more are closed
+_CLOSED_MAX = 4096  # closed connections remembered to drop their posted requests (recv)
 _GONE_MAX = 65_536  # pipe closures remembered between two reads; older ones are lost (liveness still acts)
 _SCHEMES = ("tcp://", "ipc://", "tls+tcp://", "inproc://", "tcp4://", "tcp6://")
 
@@ -140,6 +141,7 @@ class RepEndpoint:
         self.received_posted = 0  # of those, taken by posted receives (read by NNG's threads)
         self.refused = 0  # requests dropped unanswered because max_contexts were held
         self.dropped = 0  # requests the edge chose not to answer
+        self.orphaned = 0  # requests a posted receive took whose connection closed before recv()
         self.send_failed = 0  # replies NNG could not deliver (timeout, socket closed)
         self._held: dict[int, object] = {}  # key -> nng_ctx * of a request awaiting its answer
         self._free: list[object] = []  # contexts ready for the next request
@@ -175,6 +177,8 @@ class RepEndpoint:
         # Peers that disconnect: NNG calls back on its own thread; the pipe id goes to a
         # bounded deque and one byte to a pipe whose read end the loop polls.
         self._gone: deque[int] = deque(maxlen=_GONE_MAX)
+        self._closed: set[int] = set()  # the last _CLOSED_MAX closures returned by closed_pipes()
+        self._closed_order: deque[int] = deque()
         self.event_fd, self._event_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         sock.add_post_pipe_remove_cb(self._pipe_removed)
 
@@ -194,6 +198,15 @@ class RepEndpoint:
         gone: list[int] = []
         while self._gone:
             gone.append(self._gone.popleft())
+        if gone:
+            # A posted receive may hold a request from a connection that closed after NNG
+            # gave it the request: recv() drops such a request, as NNG itself drops
+            # what a closed connection had not handed over.
+            closed = self._closed
+            closed.update(gone)
+            self._closed_order.extend(gone)
+            while len(self._closed_order) > _CLOSED_MAX:
+                closed.discard(self._closed_order.popleft())
         return gone
 
     # ------------------------------------------------------------------ receiving
@@ -215,6 +228,10 @@ class RepEndpoint:
         for _ in range(64):  # refusals consumed per call: bounded work per poll
             if self._ready or (self.posted and self.harvest()):
                 ctx, pipe, data = self._ready.popleft()
+                if pipe in self._closed:  # its peer is gone, and the edge has been told
+                    self.orphaned += 1
+                    self._recycle(ctx)
+                    continue
             else:
                 ctx = self._free.pop() if self._free else self._open()
                 rv = lib.nng_ctx_recvmsg(ctx[0], self._msgp, _NONBLOCK)  # type: ignore[index]

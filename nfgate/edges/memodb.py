@@ -49,7 +49,7 @@ __all__ = ["MemodbEdge", "make"]
 log = logging.getLogger("nfgate.edge.memodb")
 
 # The transport's counters in the edge's stats.
-_TRANSPORT_COUNTERS = ("received", "received_posted", "refused", "dropped", "send_failed", "held")
+_TRANSPORT_COUNTERS = ("received", "received_posted", "refused", "dropped", "orphaned", "send_failed", "held")
 _QUIET_MAX = 4  # quiet loop iterations before posted receives are withdrawn
 _POST_MAX = 64  # receives kept posted at most (transports/nng.py, RepEndpoint.post)
 _BURST = 8  # requests read in one loop iteration that make posting receives worth it

@@ -289,3 +289,15 @@ def test_close_with_receives_posted_returns() -> None:
     started = time.monotonic()
     rep.close()
     assert time.monotonic() - started < 2 and not rep.posted
+
+
+def test_a_posted_request_whose_connection_closed_before_it_was_read_is_dropped(rep: RepEndpoint) -> None:
+    sock = connect_req(rep.endpoint)
+    rep.post(2)
+    sock.send(b"orphan")
+    _until(lambda: _completed(rep) == 1)  # NNG gave it to a posted receive...
+    sock.close()  # ...then the connection went, before the loop read it
+    gone: list[int] = []
+    _until(lambda: bool(gone.extend(rep.closed_pipes()) or gone))
+    assert rep.recv() is None  # no request from a peer the edge was told is gone
+    assert rep.orphaned == 1 and rep.held == 0 and rep.received == 0
