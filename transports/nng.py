@@ -233,7 +233,7 @@ class RepEndpoint:
                     self._recycle(ctx)
                     continue
             else:
-                ctx = self._free.pop() if self._free else self._open()
+                ctx = self._context()
                 rv = lib.nng_ctx_recvmsg(ctx[0], self._msgp, _NONBLOCK)  # type: ignore[index]
                 if rv != 0:
                     self._free.append(ctx)
@@ -277,7 +277,7 @@ class RepEndpoint:
         self._target = target
         want = min(target, self.max_contexts - len(self._held) - len(self._ready)) - len(self.posted)
         for _ in range(want):
-            ctx = self._free.pop() if self._free else self._open()
+            ctx = self._context()
             if self._raios:
                 aio = self._raios.pop()
             else:
@@ -320,7 +320,10 @@ class RepEndpoint:
         self.received_posted += 1
         return 1
 
-    def _open(self) -> object:
+    def _context(self) -> object:
+        """A free context, or a new one. Raises :class:`TransportError`."""
+        if self._free:
+            return self._free.pop()
         ctx = ffi.new("nng_ctx *")
         rv = lib.nng_ctx_open(ctx, self._sock)
         if rv != 0:

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pynng
@@ -16,6 +16,7 @@ from pynng import lib
 
 from nfgate.errors import TransportError
 from nfgate.transports.nng import RepEndpoint, client_tls, connect_req, nng_url, server_tls
+from tests.gateway.conftest import until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -205,14 +206,6 @@ def test_tls_url_without_certificate_is_refused() -> None:
         RepEndpoint("tls+tcp://127.0.0.1:*")
 
 
-def _until(check: Callable[[], bool], timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail("condition not met in time")
-        time.sleep(0.005)
-
-
 def _completed(endpoint: RepEndpoint) -> int:
     return sum(1 for aio, _ in endpoint.posted if not lib.nng_aio_busy(aio))
 
@@ -227,7 +220,7 @@ def test_posted_receives_take_requests_and_unpost_hands_the_socket_back_to_the_f
         replies: dict[bytes, bytes] = {}
         threads = [ask(sock.new_context(), b"p%d" % i, replies) for i in range(3)]
         # Taken by NNG's threads: the fd stays down, as nothing waits for a context.
-        _until(lambda: _completed(rep) == 3)
+        until(lambda: _completed(rep) == 3)
         assert not select.select([rep.fd], [], [], 0)[0]
         taken = [rep.recv() for _ in range(3)]
         got = {data: key for key, _, data in filter(None, taken)}
@@ -258,7 +251,7 @@ def test_unpost_keeps_a_request_a_posted_receive_already_took(rep: RepEndpoint) 
         rep.post(2)
         replies: dict[bytes, bytes] = {}
         thread = ask(sock, b"taken", replies)
-        _until(lambda: _completed(rep) == 1)
+        until(lambda: _completed(rep) == 1)
         rep.unpost()
         assert not rep.posted and rep.pending  # withdrawn, but the request is not lost
         key, _, data = rep.recv()  # type: ignore[misc]
@@ -295,9 +288,9 @@ def test_a_posted_request_whose_connection_closed_before_it_was_read_is_dropped(
     sock = connect_req(rep.endpoint)
     rep.post(2)
     sock.send(b"orphan")
-    _until(lambda: _completed(rep) == 1)  # NNG gave it to a posted receive...
+    until(lambda: _completed(rep) == 1)  # NNG gave it to a posted receive...
     sock.close()  # ...then the connection went, before the loop read it
     gone: list[int] = []
-    _until(lambda: bool(gone.extend(rep.closed_pipes()) or gone))
+    until(lambda: bool(gone.extend(rep.closed_pipes()) or gone))
     assert rep.recv() is None  # no request from a peer the edge was told is gone
     assert rep.orphaned == 1 and rep.held == 0 and rep.received == 0
