@@ -26,7 +26,7 @@ from nfgate.transports.zmq import Limits, RouterEndpoint
 if TYPE_CHECKING:
     from nfgate.gateway import Gateway
 
-__all__ = ["Edge", "EdgeSettings", "RouterEdge", "peer_label"]
+__all__ = ["BeatCounts", "Edge", "EdgeSettings", "RouterEdge", "peer_label"]
 
 log = logging.getLogger("nfgate.edge")
 
@@ -181,6 +181,19 @@ class Edge(abc.ABC):
         """When :meth:`tick` next has work, or None."""
         return None
 
+    def heartbeats(self, peer: Peer) -> tuple[int, int] | None:
+        """(sent, heard): the heartbeat messages this edge has exchanged on the wire with
+        its worker ``peer`` since it registered, for the broker's ``show_workers``
+        (NorFab's "keepalives tx/rx"); None when ``peer`` is not a worker of this edge
+        or the edge does not count them."""
+        record = self.beat_record(peer.address) if peer.edge == self.name else None
+        return None if record is None else (record.beats_sent, record.beats_heard)
+
+    def beat_record(self, address: bytes) -> BeatCounts | None:
+        """The record counting heartbeats with the worker at ``address`` (None: no such
+        worker, or this edge does not count them)."""
+        return None
+
     def recover(self, now_ms: int) -> list[Command]:
         """Commands that restore this edge's accepted work after a restart."""
         return []
@@ -199,6 +212,13 @@ class Edge(abc.ABC):
         """Count and log one piece of bad network input."""
         self.counters[what] += 1
         log.debug("%s: %s from %s: %s", self.name, what, peer_label(peer.address), reason)
+
+
+class BeatCounts(Protocol):
+    """A worker record that counts heartbeat messages on the wire, both ways."""
+
+    beats_sent: int
+    beats_heard: int
 
 
 class Decoding:

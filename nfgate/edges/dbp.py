@@ -51,7 +51,7 @@ from nfgate.codecs.dbp.session import (
     request_envelope,
     step,
 )
-from nfgate.edges import EdgeSettings, RouterEdge, WireCodec
+from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec
 from nfgate.edges.dbp_catalog import ServiceCache, answer
 from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT
 from nfgate.errors import DecodeError, EncodeError, TransportError
@@ -73,7 +73,18 @@ WORKER_PREFIX = "dbp-"  # worker names the core and NFP clients see: dbp-<servic
 class _Service:
     """One registered DBP service (one ROUTER identity)."""
 
-    __slots__ = ("address", "beats", "dialect", "function", "held", "info", "name", "udp_to")
+    __slots__ = (
+        "address",
+        "beats",
+        "beats_heard",
+        "beats_sent",
+        "dialect",
+        "function",
+        "held",
+        "info",
+        "name",
+        "udp_to",
+    )
 
     def __init__(self, address: bytes, name: str, info: dict[str, Any], dialect: str) -> None:
         self.address = address
@@ -82,6 +93,7 @@ class _Service:
         self.dialect = dialect
         self.function = ""  # the core service it works for; "" when only catalogued
         self.beats: Liveness | None = None  # None: no heartbeats (Hermes)
+        self.beats_sent = self.beats_heard = 0  # <3 both ways, UDP or ZeroMQ (show_workers)
         self.udp_to: Address | None = None
         self.held: dict[int, Request] = {}
 
@@ -223,6 +235,7 @@ class DbpEdge(RouterEdge):
                 self.counters["denied"] += 1
                 self._send(address, wire.Denied(time=time.time(), reasons=(b"not registered",)), dialect)
             case Action.HEARTBEAT, _ if svc is not None:
+                svc.beats_heard += 1
                 if svc.function:
                     out.append(Heartbeat(peer=peer))
                 self._ack_hermes(address, dialect)
@@ -267,6 +280,7 @@ class DbpEdge(RouterEdge):
             log.debug("%s: heartbeat datagram for unknown service %r", self.name, beat.service)
             return
         self.counters["udp_beats_in"] += 1
+        svc.beats_heard += 1
         if svc.beats is not None:
             svc.beats, _ = svc.beats.on(Beat.UDP, now)
         if svc.function:
@@ -511,6 +525,9 @@ class DbpEdge(RouterEdge):
         if sock is not None and target is not None and sock.sendto(self._beacon_data, target):
             self.counters["beacons_sent"] += 1
 
+    def beat_record(self, address: bytes) -> BeatCounts | None:
+        return self._services.get(address)
+
     def _beat(self, svc: _Service, beats: Liveness, now: int, out: list[Command]) -> None:
         due = beats.due(now, self._liveness)
         if due is not None:
@@ -528,7 +545,10 @@ class DbpEdge(RouterEdge):
             if beats.mode is Mode.UDP and self.udp is not None and svc.udp_to is not None:
                 if self.udp.sendto(wire.encode_heartbeat_datagram(heartbeat), svc.udp_to):
                     self.counters["udp_beats_out"] += 1
-            elif not self._send(svc.address, heartbeat, svc.dialect):
+                    svc.beats_sent += 1
+            elif self._send(svc.address, heartbeat, svc.dialect):
+                svc.beats_sent += 1
+            else:
                 self._forget(svc, out, "socket gone")
                 return
             beats = Liveness(

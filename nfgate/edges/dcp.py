@@ -31,7 +31,7 @@ from nfgate.codecs.dcp.messages import Pong, Reconnect, Registration
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.dcp.session import Action, PeerState, step
-from nfgate.edges import EdgeSettings, RouterEdge, WireCodec
+from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec
 from nfgate.errors import EncodeError
 from nfgate.model import (
     Command,
@@ -66,10 +66,11 @@ def service_bytes(name: str) -> bytes:
 
 
 class _Worker:
-    __slots__ = ("held", "service")
+    __slots__ = ("beats_heard", "beats_sent", "held", "service")
 
     def __init__(self, service: bytes) -> None:
         self.service = service
+        self.beats_sent = self.beats_heard = 0  # PONGs sent, PINGs heard (show_workers)
         # core id -> (client address given, metadata given): how its REPLY is recognised.
         self.held: dict[int, tuple[bytes, tuple[bytes, ...]]] = {}
 
@@ -117,7 +118,10 @@ class DcpEdge(RouterEdge):
                 if reply is not None:
                     out.append(reply)
             case Action.HEARTBEAT, _:
-                self.send(address, self._pong[dialect])
+                sent = self.send(address, self._pong[dialect])
+                if worker is not None:
+                    worker.beats_heard += 1
+                    worker.beats_sent += 1 if sent else 0
                 out.append(Heartbeat(peer=peer))
             case Action.REGISTER, Registration():
                 if worker is not None and worker.service != message.service:
@@ -133,6 +137,9 @@ class DcpEdge(RouterEdge):
                 self.send(address, self._reconnect[dialect])
             case _:
                 self.bad_input(peer, "unexpected", message.TYPE)
+
+    def beat_record(self, address: bytes) -> BeatCounts | None:
+        return self._workers.get(address)
 
     @staticmethod
     def _name(address: bytes) -> str:

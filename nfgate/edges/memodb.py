@@ -37,7 +37,7 @@ from nfgate.codecs.memodb import codec as wire
 from nfgate.codecs.memodb.messages import Disconnect, Job, Ready, Result
 from nfgate.codecs.memodb.messages import Heartbeat as MemoHeartbeat
 from nfgate.codecs.memodb.session import Action, WorkerState, dialect_of, input_of, step
-from nfgate.edges import Edge, EdgeSettings
+from nfgate.edges import BeatCounts, Edge, EdgeSettings
 from nfgate.errors import DecodeError, EncodeError
 from nfgate.model import Cancel, Command, Heartbeat, Peer, Register, Reply, Request, Status, Unregister
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
@@ -67,7 +67,20 @@ class _Client:
 
 
 class _Worker:
-    __slots__ = ("aborted", "ctx", "dialect", "id", "job", "name", "peer", "pending", "pipe", "state")
+    __slots__ = (
+        "aborted",
+        "beats_heard",
+        "beats_sent",
+        "ctx",
+        "dialect",
+        "id",
+        "job",
+        "name",
+        "peer",
+        "pending",
+        "pipe",
+        "state",
+    )
 
     def __init__(self, wid: bytes, peer: Peer, name: str, dialect: str, pipe: int) -> None:
         self.id = wid
@@ -80,6 +93,7 @@ class _Worker:
         self.job: int | None = None  # core id of the JOB it works on
         self.aborted = False  # that job was cancelled by its client (NFP DELETE)
         self.pending: Request | None = None  # a job waiting for the worker's next request
+        self.beats_sent = self.beats_heard = 0  # HEARTBEATs answered and received (show_workers)
 
 
 class MemodbEdge(Edge):
@@ -206,6 +220,7 @@ class MemodbEdge(Edge):
                 self.counters["unknown_workers"] += 1
                 self._answer(key, Disconnect(id=message.id), "spec")  # type: ignore[attr-defined]
             case Action.HOLD, _ if worker is not None:
+                worker.beats_heard += 1
                 if worker.ctx is not None:  # the worker's req0 resent: the new request replaces it
                     self.counters["superseded"] += 1
                     self.transport.drop(worker.ctx)
@@ -429,6 +444,9 @@ class MemodbEdge(Edge):
 
     # ----------------------------------------------------------------- timers
 
+    def beat_record(self, address: bytes) -> BeatCounts | None:
+        return self._workers.get(address)
+
     def tick(self, now_ms: int) -> list[Command]:
         out: list[Command] = []
         interval = self.interval
@@ -442,7 +460,8 @@ class MemodbEdge(Edge):
                 idler = self._workers[wid]
                 if idler.ctx is not None:
                     # No job within the interval: "a HEARTBEAT if no jobs are found".
-                    self._answer(idler.ctx, MemoHeartbeat(id=wid), idler.dialect)
+                    if self._answer(idler.ctx, MemoHeartbeat(id=wid), idler.dialect):
+                        idler.beats_sent += 1
                     idler.ctx = None
                 idler.state, _ = step(idler.state, "idle")
             busy = self._busy

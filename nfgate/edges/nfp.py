@@ -43,7 +43,7 @@ from nfgate.codecs.nfp.messages import (
     Stream,
 )
 from nfgate.codecs.nfp.session import Action, PeerState, step
-from nfgate.edges import EdgeSettings, RouterEdge, WireCodec, peer_label
+from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, peer_label
 from nfgate.edges.kinds import NORFAB_WORKER_CAPACITY
 from nfgate.edges.nfp_jobs import NfpJobs
 from nfgate.edges.nfp_services import NfpOptions, NfpServices
@@ -64,11 +64,13 @@ _PROGRESS = {201: "created", 202: "created", 300: "pending"}
 
 
 class _Peer:
-    __slots__ = ("dialect", "held", "seen", "service", "state")
+    __slots__ = ("beats_heard", "beats_sent", "dialect", "held", "seen", "service", "state")
 
     def __init__(self, dialect: str) -> None:
         self.dialect = dialect
         self.seen = 0  # monotonic ms of its last message
+        # KEEPALIVEs sent to and heard from it since it registered (show_workers).
+        self.beats_sent = self.beats_heard = 0
         self.state = PeerState.NEW
         self.service = ""
         # uuid sent -> (core id, request): how a worker's RESPONSE finds its request.
@@ -101,6 +103,9 @@ class NfpEdge(RouterEdge):
 
     def label(self, peer: Peer) -> str:
         return peer_label(peer.address) if peer.protocol == "nfp" else f"{peer.protocol}-{peer.address.hex()}"
+
+    def beat_record(self, address: bytes) -> BeatCounts | None:
+        return self._workers.get(address)
 
     def speaks_norfab(self, peer: Peer) -> bool:
         """True when ``peer`` is a worker of this edge speaking the NorFab dialect."""
@@ -180,6 +185,7 @@ class NfpEdge(RouterEdge):
                 self._send_message(address, Open(header=BROKER), dialect)
             case Action.REGISTER, Ready():
                 p.service = message.service
+                p.beats_sent = p.beats_heard = 0
                 self._workers[address] = p
                 out.append(
                     Register(
@@ -190,6 +196,7 @@ class NfpEdge(RouterEdge):
                     )
                 )
             case Action.HEARTBEAT, _:
+                p.beats_heard += 1
                 out.append(Heartbeat(peer=peer))
             case Action.RESULT, Response() | Event() | Stream():
                 reply = self._result(address, p, message, dialect)
@@ -344,8 +351,8 @@ class NfpEdge(RouterEdge):
             if key not in cache:
                 cache[key] = self.encode(Keepalive(header=BROKER, service=p.service), p.dialect)
             frames = cache[key]
-            if frames is not None:
-                self.send(address, frames)
+            if frames is not None and self.send(address, frames):
+                p.beats_sent += 1
         return late
 
     def next_deadline(self) -> int | None:

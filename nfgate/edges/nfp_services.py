@@ -140,6 +140,8 @@ class NfpServices:
             stats = gateway.router.stats()
             endpoints = tuple((e.name, e.protocol, e.endpoint) for e in gateway.edges.values())
             for w in gateway.router.workers():
+                edge = gateway.edges.get(w.peer.edge)
+                sent, heard = (edge.heartbeats(w.peer) if edge is not None else None) or (0, 0)
                 workers.append(
                     WorkerInfo(
                         name=w.name or peer_label(w.peer.address),
@@ -148,8 +150,8 @@ class NfpServices:
                         edge=w.peer.edge,
                         status="alive",
                         holdtime_s=max(0.0, (w.last_seen_ms + w.timeout_ms - now_mono) / 1000),
-                        keepalives_tx=0,
-                        keepalives_rx=0,
+                        keepalives_tx=sent,
+                        keepalives_rx=heard,
                         alive_s=max(0.0, (now_mono - w.since_ms) / 1000),
                         in_flight=w.in_flight,
                     )

@@ -32,7 +32,7 @@ from nfgate.codecs import sada as wire
 from nfgate.codecs._base import Message
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.codecs.sada.session import Action, ChannelState, channel_step, piran_evidence, request_id
-from nfgate.edges import EdgeSettings, RouterEdge, WireCodec, peer_label
+from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, peer_label
 from nfgate.edges.sada_common import (
     DEFAULT_PROTO,
     WireCache,
@@ -56,10 +56,12 @@ MAX_PEERS = 100_000  # client records kept; the oldest non-servers are forgotten
 
 
 class _Peer:
-    __slots__ = ("dialect", "held", "proto", "rintr_at", "services", "state")
+    __slots__ = ("beats_heard", "beats_sent", "dialect", "held", "proto", "rintr_at", "services", "state")
 
     def __init__(self, dialect: str) -> None:
         self.dialect = dialect
+        # PINGs and PONGs sent to and heard from it as a server (show_workers).
+        self.beats_sent = self.beats_heard = 0
         self.proto = DEFAULT_PROTO
         self.state = ChannelState.NEW
         self.services: tuple[ServiceRef, ...] = ()
@@ -182,10 +184,13 @@ class SadaChannelEdge(RouterEdge):
                 if reply is not None:
                     out.append(reply)
             case Action.HEARTBEAT, _:
+                p.beats_heard += 1
                 out.append(Heartbeat(peer=peer))
             case Action.PONG, _:
-                self._send_message(address, Pong(proto=p.proto), p.dialect)
+                sent = self._send_message(address, Pong(proto=p.proto), p.dialect)
                 if address in self._servers:
+                    p.beats_heard += 1
+                    p.beats_sent += 1 if sent else 0
                     out.append(Heartbeat(peer=peer))
             case Action.RINTR, _:
                 self._rintr(address, p, now)
@@ -203,6 +208,8 @@ class SadaChannelEdge(RouterEdge):
                 p.held.clear()
                 return [Unregister(peer=peer, reason="introduced no services")]
             return []
+        if self._servers.get(address) is not p:
+            p.beats_sent = p.beats_heard = 0
         self._servers[address] = p
         self._due[address] = now + self._interval
         self._due.move_to_end(address)
@@ -211,6 +218,9 @@ class SadaChannelEdge(RouterEdge):
     @staticmethod
     def _label(address: bytes) -> str:
         return "sada-" + peer_label(address)
+
+    def beat_record(self, address: bytes) -> BeatCounts | None:
+        return self._servers.get(address)
 
     def _request(self, peer: Peer, msg: Req) -> Request:
         return Request(
@@ -347,6 +357,8 @@ class SadaChannelEdge(RouterEdge):
             if not self._send_message(address, Ping(proto=p.proto), p.dialect):
                 self._forget(address)
                 out.append(Unregister(peer=self.peer(address), reason="socket gone"))
+                continue
+            p.beats_sent += 1
         return out
 
     def next_deadline(self) -> int | None:

@@ -103,6 +103,13 @@ def nothing(sock: zmq.Socket[bytes], wait_ms: int = 300) -> bool:
     return sock.poll(wait_ms) == 0
 
 
+def beats(running: Running, edge: str) -> tuple[int, int] | None:
+    """(sent, heard) heartbeats of the one worker registered on ``edge``, as the edge
+    counts them for show_workers."""
+    [peer] = [w.peer for w in running.gateway.router.workers() if w.peer.edge == edge]
+    return running.gateway.edges[edge].heartbeats(peer)
+
+
 def until(predicate: object, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

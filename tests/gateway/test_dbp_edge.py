@@ -24,7 +24,7 @@ from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, Keepalive, Post, Response
 from nfgate.edges.dbp import DbpEdge
 
-from .conftest import RECV_MS, Running, finish, nothing, recv, start_gateway, until
+from .conftest import RECV_MS, Running, beats, finish, nothing, recv, start_gateway, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -404,6 +404,8 @@ def test_udp_heartbeats_both_ways(gw: Running, udp_peer: socket.socket) -> None:
     assert stats.get("switched_to_zmq", 0) == 0 and stats.get("expired", 0) == 0
     assert nothing(sock, 10)  # no ZeroMQ heartbeat: the UDP path works
     assert info(gw, "beating")["status"] == "active"
+    # show_workers counts them for this service: the only one, so as many as the edge.
+    until(lambda: beats(gw, "dbp") == (edge(gw).stats()["udp_beats_out"], edge(gw).stats()["udp_beats_in"]))
 
 
 def test_missed_beat_switches_to_zmq_then_expiry(gw: Running, udp_peer: socket.socket) -> None:

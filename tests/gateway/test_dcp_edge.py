@@ -10,7 +10,7 @@ import zmq
 from nfgate.codecs import dcp
 from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Reply, Request
 
-from .conftest import Running, finish, nothing, recv, start_gateway, until
+from .conftest import Running, beats, finish, nothing, recv, start_gateway, until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -102,6 +102,19 @@ def test_ping_pong_and_reconnect_for_unknown_worker(gw: Running) -> None:
     stranger = gw.dealer("dcp")
     send(stranger, Ping())
     assert get(stranger) == Reconnect()
+
+
+def test_pings_and_pongs_are_counted_per_worker(gw: Running) -> None:
+    w = worker(gw, b"echo")
+    for _ in range(3):
+        send(w, Ping())
+        assert get(w) == Pong()
+    until(lambda: beats(gw, "dcp") == (3, 3))  # 3 PONGs sent, 3 PINGs heard
+    client = gw.dealer("dcp")
+    send(client, Request(service=b"echo", data=(b"x",)))
+    serve_one(w)
+    assert isinstance(get(client), Reply)
+    assert beats(gw, "dcp") == (3, 3)  # requests and replies are not heartbeats
 
 
 def test_chained_request_reaches_the_original_client(gw: Running) -> None:

@@ -29,7 +29,7 @@ from nfgate.serve import build
 from nfgate.transports.nng import client_tls, connect_req
 from tests.ports import random_binds
 
-from .conftest import Running, finish, recv, start_gateway, until
+from .conftest import Running, beats, finish, recv, start_gateway, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -133,6 +133,7 @@ def test_idle_worker_long_poll_answered_with_heartbeat(fast: tuple[Running, Peer
         send(worker, Heartbeat(id=beat.id))
         assert get(worker) == Heartbeat(id=beat.id)
     assert len(gw.gateway.router.workers()) == 1
+    until(lambda: beats(gw, "memodb") == (5, 4))  # HEARTBEATs answered / received
     send(worker, Heartbeat(id=beat.id))
     send(client, Job(service="echo", timeout_ms=1000, payload=b"x"))
     job = next_job(worker)

@@ -29,7 +29,7 @@ from nfgate.codecs.nfp.messages import (
 )
 from nfgate.store import JobStore
 
-from .conftest import Running, finish, recv, start_gateway, until
+from .conftest import Running, beats, finish, recv, start_gateway, until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -281,6 +281,28 @@ def mmi_call(client: zmq.Socket[bytes], service: str, task: str, **kwargs: objec
     reply = get(client)
     assert isinstance(reply, Response)
     return reply.status, json.loads(reply.body[0])
+
+
+def test_show_workers_counts_keepalives_both_ways(tmp_path: Path) -> None:
+    # NorFab's show_workers column "keepalives tx/rx": KEEPALIVEs the broker sent to the
+    # worker / KEEPALIVEs it heard from the worker.
+    gw = start_gateway(tmp_path, "[edges.nfp]\nheartbeat_ms = 100\nliveness = 50\n")
+    try:
+        w = spec_worker(gw, "svc", b"kw1")
+        for _ in range(3):
+            send(w, Keepalive(header=WORKER, service="svc"))
+        until(lambda: beats(gw, "nfp")[1] == 3)  # type: ignore[index]
+        got = 0
+        for _ in range(20):  # bounded: each recv gives up after RECV_MS
+            got += isinstance(nfp.decode(recv(w)), Keepalive)
+            if got == 2:
+                break
+        status, rows = mmi_call(gw.dealer("nfp"), "mmi.service.broker", "show_workers")
+        assert status == 200 and isinstance(rows, list) and len(rows) == 1
+        sent, heard = (int(n) for n in rows[0]["keepalives tx/rx"].split(" / "))
+        assert heard == 3 and sent >= got == 2
+    finally:
+        finish(gw)
 
 
 def test_mmi_show_clients_counts_open_jobs(gw: Running) -> None:

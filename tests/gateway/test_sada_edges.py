@@ -23,7 +23,7 @@ from nfgate.model import ServiceRef
 from nfgate.serve import build
 from tests.ports import random_binds
 
-from .conftest import RECV_MS, Running, finish, nothing, recv, start_gateway, until
+from .conftest import RECV_MS, Running, beats, finish, nothing, recv, start_gateway, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -225,6 +225,21 @@ def _silent_server_dies(gw: Running) -> None:
     send(silent, Rep(request_id=first.request_id, status=200, payload=b"late"))
     assert get(silent, pong=False) == Rintr()
     assert nothing(client, 100)  # the late answer goes nowhere
+
+
+def test_pings_and_pongs_are_counted_per_server(tmp_path: Path) -> None:
+    gw = start_gateway(tmp_path, FAST)
+    try:
+        s = server(gw, ("echo", ""))
+        assert sada.decode(recv(s)) == Ping()  # silent for 100 ms: the channel PINGs
+        send(s, Pong())
+        send(s, Ping())
+        assert get(s, pong=False) == Pong()  # PINGs meanwhile go unanswered: heard stays 2
+        until(lambda: beats(gw, "sada")[1] == 2)  # type: ignore[index]
+        sent, _ = beats(gw, "sada") or (0, 0)
+        assert sent >= 2  # at least the first PING and the PONG
+    finally:
+        finish(gw)
 
 
 def test_rintr_for_an_unknown_server_then_it_introduces_itself(gw: Running) -> None:
