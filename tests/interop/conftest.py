@@ -103,6 +103,7 @@ class Broker:
     stderr_path: Path
     edges: dict[str, str] = field(default_factory=dict)
     curve_key: str = ""  # the NFP edge's CURVE public key (Z85) when it runs CURVE
+    shared: Path | None = None  # the filesharing workers' base_dir, when the broker serves their inventory
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], stderr_path: Path, timeout: float) -> dict[str, str]:
@@ -145,16 +146,37 @@ def _curve_config(root: Path) -> tuple[Path, str]:
     return config, public.decode()
 
 
+def _files_config(root: Path) -> tuple[Path, Path]:
+    """A config whose inventory (sid.service.broker) points NorFab's filesharing workers at
+    a folder of shared files: a template and 3 MB of random bytes; (file, folder)."""
+    shared = root / "shared"
+    (shared / "templates").mkdir(parents=True)
+    (shared / "templates" / "intf.j2").write_text("interface {{ name }}\n description {{ text }}\n")
+    (shared / "big.bin").write_bytes(os.urandom(3_000_000))  # several of NorFab's 256 kB chunks
+    inventory = root / "inventory.yaml"
+    inventory.write_text(
+        f"workers:\n  filesharing-*:\n    - service: filesharing\n      base_dir: {shared}\n"
+    )
+    config = root / "files.toml"
+    config.write_text(f'[edges.nfp]\ninventory = "{inventory}"\n')
+    return config, shared
+
+
 @pytest.fixture
 def broker(interop_dir: Path, request: pytest.FixtureRequest) -> Iterator[Broker]:
-    """The broker under test; ``indirect`` param "curve" runs nfgate's NFP edge with CURVE."""
+    """The broker under test; ``indirect`` param "curve" runs nfgate's NFP edge with CURVE,
+    "files" gives it an inventory for NorFab's filesharing workers."""
     kind = broker_kind()
     curve = getattr(request, "param", None) == "curve"
+    files = getattr(request, "param", None) == "files"
     curve_key = ""
+    shared: Path | None = None
     log_dir = interop_dir / "logs"
     stderr_path = log_dir / f"broker-{kind}.err"
     if curve and kind != "nfgate":
         pytest.skip("the CURVE test runs nfgate with keys it is given; NorFab's broker makes its own")
+    if files and kind != "nfgate":
+        pytest.skip("NorFab's broker reads its inventory from its own base_dir, not from a file given")
     if kind == "nfgate":
         data_dir = interop_dir / "nfgate-data"
         data_dir.mkdir()
@@ -169,6 +191,9 @@ def broker(interop_dir: Path, request: pytest.FixtureRequest) -> Iterator[Broker
         ]
         if curve:
             config, curve_key = _curve_config(interop_dir)
+            cmd += ["--config", str(config)]
+        if files:
+            config, shared = _files_config(interop_dir)
             cmd += ["--config", str(config)]
     else:
         cmd = [sys.executable, str(NORFAB_BROKER), "--base-dir", str(interop_dir / "norfab-broker")]
@@ -193,6 +218,7 @@ def broker(interop_dir: Path, request: pytest.FixtureRequest) -> Iterator[Broker
             stderr_path=stderr_path,
             edges=edges,
             curve_key=curve_key,
+            shared=shared,
         )
     finally:
         died = proc.poll()  # not None: it exited by itself during the test
@@ -249,11 +275,16 @@ class Peers:
             )
         return proc, stdout_path
 
-    def start_worker(self, name: str, service: str = "echo") -> subprocess.Popen[bytes]:
-        """Start a NorFab worker and wait (bounded) until it is about to register."""
+    def start_worker(
+        self, name: str, service: str = "echo", kind: str = "interop"
+    ) -> subprocess.Popen[bytes]:
+        """Start a NorFab worker (``kind`` "filesharing": NorFab's FileSharingWorker) and
+        wait (bounded) until it is about to register."""
         proc, stdout_path = self._spawn(
             [
                 "worker",
+                "--kind",
+                kind,
                 "--name",
                 name,
                 "--service",
@@ -291,6 +322,7 @@ class Peers:
         timeout: int = 20,
         wait_workers: list[str] | None = None,
         mmi: str | None = None,
+        fetch: list[str] | None = None,
     ) -> ClientRun:
         """Start a NorFab client process; collect its answer with :meth:`finish`."""
         args = ["client", "--name", name, "--endpoint", self.broker.nfp, "--base-dir", str(self.base_dir)]
@@ -298,6 +330,8 @@ class Peers:
             args += ["--wait-workers", json.dumps(wait_workers)]
         if mmi:
             args += ["--mmi", mmi]
+        if fetch:
+            args += ["--fetch", json.dumps(fetch), "--timeout", str(timeout)]
         if service:
             args += [
                 "--service",

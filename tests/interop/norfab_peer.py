@@ -18,9 +18,11 @@ threads never run inside pytest. Everything is standalone NorFab API, no NFAPI:
 Usage::
 
     python norfab_peer.py worker --name w1 --service echo --endpoint URL --base-dir DIR
+    python norfab_peer.py worker --kind filesharing --name fs1 --endpoint URL --base-dir DIR
     python norfab_peer.py client --endpoint URL --base-dir DIR --name c1 \\
         [--wait-workers '["w1","w2"]'] [--mmi show_workers] \\
-        [--service echo --task echo --workers '"any"' --kwargs '{"a":1}' --timeout 20]
+        [--service echo --task echo --workers '"any"' --kwargs '{"a":1}' --timeout 20] \\
+        [--fetch '["nf://a.txt"]']
 
 The worker prints ``norfab_peer: worker <name> working`` on stdout when it is about to
 register, and exits 0 on SIGTERM. Its tasks:
@@ -29,9 +31,13 @@ register, and exits 0 on SIGTERM. Its tasks:
 * ``slow(seconds=3, **kwargs)`` first writes ``<base-dir>/markers/<worker>.<job uuid>.started``,
   sleeps, then returns ``{"worker": <name>, "seconds": seconds, "kwargs": kwargs}``.
 
+With ``--kind filesharing`` the worker is NorFab's own ``FileSharingWorker`` (service
+``filesharing``), which loads its inventory from the broker's ``sid.service.broker``.
+
 The client prints one line ``NORFAB_PEER_RESULT <json>`` on stdout, a JSON object with
-``ready`` (the wait for workers), ``mmi`` (what ``client.mmi`` returned) and ``job`` (what
-``run_job`` returned), each present only if asked for.
+``ready`` (the wait for workers), ``mmi`` (what ``client.mmi`` returned), ``job`` (what
+``run_job`` returned) and ``fetch`` (what ``client.fetch_file`` returned for the URL list:
+local paths of the copies), each present only if asked for.
 """
 
 from __future__ import annotations
@@ -74,9 +80,17 @@ def _json_arg(text: str | None) -> Any:
 # ------------------------------------------------------------------------------ worker
 
 
-def run_worker(args: argparse.Namespace) -> int:
+def _make_worker(args: argparse.Namespace, exit_event: threading.Event) -> Any:
     from norfab.core.worker import Job, NFPWorker, Task
     from norfab.models import Result
+
+    inventory = _inventory(args.endpoint, args.base_dir, args.shared_key)
+    if args.kind == "filesharing":
+        from norfab.workers.filesharing_worker.filesharing_worker import FileSharingWorker
+
+        return FileSharingWorker(
+            inventory, args.endpoint, args.name, exit_event, threading.Event(), args.log_level
+        )
 
     marker_dir = os.path.join(args.base_dir, "markers")
     os.makedirs(marker_dir, exist_ok=True)
@@ -98,6 +112,10 @@ def run_worker(args: argparse.Namespace) -> int:
             time.sleep(float(seconds))
             return Result(result={"worker": self.name, "seconds": seconds, "kwargs": kwargs})
 
+    return InteropWorker(inventory, args.endpoint, args.service, args.name, exit_event, args.log_level)
+
+
+def run_worker(args: argparse.Namespace) -> int:
     exit_event = threading.Event()
 
     def stop(signum: int, frame: object) -> None:
@@ -106,14 +124,7 @@ def run_worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
 
-    worker = InteropWorker(
-        _inventory(args.endpoint, args.base_dir, args.shared_key),
-        args.endpoint,
-        args.service,
-        args.name,
-        exit_event,
-        args.log_level,
-    )
+    worker = _make_worker(args, exit_event)
     print(WORKING.format(name=args.name), flush=True)
     worker.work()  # returns once exit_event is set, after worker.destroy()
     print(f"norfab_peer: worker {args.name} stopped", flush=True)
@@ -186,6 +197,8 @@ def run_client(args: argparse.Namespace) -> int:
                 timeout=args.timeout,
             )
             out["job_seconds"] = round(time.monotonic() - started, 3)
+        if args.fetch:
+            out["fetch"] = client.fetch_file(_json_arg(args.fetch), timeout=args.timeout)
     finally:
         # destroy() joins the client's threads; never let it hang the process.
         stopper = threading.Thread(target=client.destroy, daemon=True)
@@ -205,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
 
     w = sub.add_parser("worker")
     w.add_argument("--name", required=True)
-    w.add_argument("--service", required=True)
+    w.add_argument("--kind", choices=("interop", "filesharing"), default="interop")
+    w.add_argument("--service", default="echo", help="the interop worker's service")
     w.add_argument("--endpoint", required=True)
     w.add_argument("--base-dir", required=True)
     w.add_argument("--log-level", default="INFO")
@@ -226,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--workers", default='"all"', help='JSON: "any", "all", "w1" or ["w1","w2"]')
     c.add_argument("--kwargs", default="{}")
     c.add_argument("--timeout", type=int, default=30)
+    c.add_argument("--fetch", default=None, help="JSON list of nf:// URLs for client.fetch_file")
     c.add_argument("--shared-key", default=None, help="broker CURVE public key (zmq_auth on)")
 
     args = parser.parse_args(argv)

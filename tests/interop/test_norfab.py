@@ -294,3 +294,27 @@ def test_run_job_over_curve_with_norfabs_default_zmq_auth(broker: Broker, peers:
         assert plain.poll(500) == 0, "a peer without CURVE must not be answered"
     finally:
         ctx.destroy(linger=0)
+
+
+# ------------------------------------------------------------------------------ 6
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("broker", ["files"], indirect=True)
+def test_fetch_file_from_norfabs_filesharing_worker(broker: Broker, peers: Peers) -> None:
+    """NorFab's own FileSharingWorker, its inventory served by sid.service.broker, and
+    the real client's fetch_file: file_details to every worker (target all), then the
+    file in chunks, a 3 MB binary byte for byte, a missing file 404."""
+    assert broker.shared is not None
+    peers.start_worker("filesharing-1", kind="filesharing")
+    urls = ["nf://templates/intf.j2", "nf://big.bin", "nf://missing.txt"]
+    answer = peers.run_client("c-fetch", fetch=urls, wait_workers=["filesharing-1"], timeout=20)
+    logs = f"client answer: {answer!r}\n{peers.logs()}"
+    fetched = answer.get("fetch")
+    assert isinstance(fetched, list) and len(fetched) == 3, logs
+    template, big, missing = fetched
+    for result, name in ((template, "templates/intf.j2"), (big, "big.bin")):
+        assert result.get("status") == "200" and result.get("error") is None, logs
+        assert Path(result["content"]).read_bytes() == (broker.shared / name).read_bytes(), logs
+    assert missing.get("status") == "404", logs
