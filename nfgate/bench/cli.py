@@ -6,7 +6,6 @@ figures and how to read them.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -128,10 +127,6 @@ def bench(
     is killed on exit. Progress goes to stderr, results to stdout (one JSON object per
     line).
     """
-    try:
-        importlib.import_module("psutil")  # the load processes measure the broker with it
-    except ImportError:
-        raise click.ClickException("bench needs psutil: pip install 'nfgate[bench]'") from None
     from nfgate.bench import cross, path, runner
 
     settings = Settings(

@@ -20,7 +20,6 @@ nfgate's transport does, so the generator spends as little as it can per message
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import resource
@@ -28,6 +27,7 @@ import sys
 import time
 from typing import Any
 
+import psutil
 import zmq
 
 from nfgate.bench.dialects import CLIENT_ONLY, FINAL, INTERIM, Dialect, make_body, make_key
@@ -196,14 +196,9 @@ def run_clients(
 ) -> dict[str, Any]:
     """Drive the load and return the figures (see the module docstring).
 
-    Raises RuntimeError if the broker does not answer the dialect's hello in time, and
-    ImportError if ``broker_pid`` is given and psutil is missing.
+    Raises RuntimeError if the broker does not answer the dialect's hello in time.
     """
-    proc = None
-    if broker_pid:
-        # psutil has no type stubs; imported here, as only measuring needs it.
-        psutil = importlib.import_module("psutil")
-        proc = psutil.Process(broker_pid)
+    proc = psutil.Process(broker_pid) if broker_pid else None
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     tag = os.getpid()
     socks = [_dealer(ctx, endpoint, b"bc-%d-%d" % (tag, i)) for i in range(clients)]

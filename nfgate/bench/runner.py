@@ -16,7 +16,6 @@ only parses options and prints what these return.
 
 from __future__ import annotations
 
-import importlib
 import json
 import tempfile
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import psutil
 
 from nfgate.bench.procs import Child, ChildError, children
 from nfgate.edges.kinds import KINDS
@@ -267,7 +267,6 @@ def relay(
 
 
 def _rss(pid: int) -> int:
-    psutil = importlib.import_module("psutil")  # no type stubs; the cli checked it is there
     return int(psutil.Process(pid).memory_info().rss)
 
 

@@ -127,6 +127,11 @@ class NfpJobs:
         self._next_expiry: int | None = None  # monotonic ms of the next purge (None: at once)
 
     @property
+    def data_dir(self) -> str:
+        """The folder of the job store (NorFab's get_status calls it the broker's base_dir)."""
+        return str(self._store.path.parent)
+
+    @property
     def live(self) -> int:
         return len(self._live)
 

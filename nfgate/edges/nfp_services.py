@@ -13,6 +13,8 @@ an ordinary service name there).
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import json
 import logging
 import time
@@ -21,9 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import psutil
+import zmq
 
 from nfgate import __version__
-from nfgate.brokersvc import BrokerInfo, BrokerView, ClientInfo, WorkerInfo, fss, mmi, sid
+from nfgate.brokersvc import BrokerInfo, BrokerView, ClientInfo, ProcessInfo, WorkerInfo, fss, mmi, sid
 from nfgate.brokersvc.mmi import Action
 from nfgate.codecs.nfp import session as nfpjson
 from nfgate.codecs.nfp.messages import BROKER, Mmi, Post, Response
@@ -39,6 +43,22 @@ log = logging.getLogger("nfgate.edge.nfp")
 
 MMI, SID, FSS = "mmi.service.broker", "sid.service.broker", "fss.service.broker"
 BROKER_SERVICES = frozenset({MMI, SID, FSS})
+# What show_broker_version lists besides nfgate, Python and the platform, as NorFab's
+# broker lists its own dependencies.
+PACKAGES = ("pyzmq", "pynng", "cbor2", "msgpack", "attrs", "click", "psutil", "pyyaml")
+
+
+@functools.cache
+def package_versions() -> dict[str, str]:
+    """The installed version of each of :data:`PACKAGES` ("" if missing) and libzmq's."""
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = ""
+    versions["libzmq"] = zmq.zmq_version()
+    return versions
 
 
 @attrs.frozen(kw_only=True)
@@ -62,6 +82,8 @@ class NfpServices:
         self._edge = edge
         self._options = options
         self._started = time.time()
+        self._process = psutil.Process()
+        self._process.cpu_percent(interval=None)  # primes it: each call reports since the last
 
     @staticmethod
     def owns(service: str) -> bool:
@@ -166,12 +188,31 @@ class NfpServices:
                 files_root=str(self._options.files.path) if self._options.files is not None else "",
                 keepalive_ms=self._edge.heartbeat[0],
                 keepalive_multiplier=self._edge.heartbeat[1],
+                base_dir=self._edge.jobs.data_dir,
+                zmq_auth=bool(self._edge.curve_public_key),
+                process=self._process_info(),
+                versions=package_versions(),
             ),
             workers=tuple(workers),
             clients=self._clients(now_mono),
             stats=stats,
             logs=tuple(gateway.logs.lines) if gateway is not None else (),
             inventory=self._options.inventory.as_dict() if self._options.inventory is not None else None,
+        )
+
+    def _process_info(self) -> ProcessInfo:
+        # The figures NorFab's broker reports, read the way it reads them (psutil).
+        p = self._process
+        try:
+            tcp: int | None = len(p.net_connections(kind="tcp"))
+        except (psutil.AccessDenied, NotImplementedError):
+            tcp = None
+        return ProcessInfo(
+            cpu_percent=p.cpu_percent(interval=None),
+            memory_rss_mbyte=p.memory_info().rss / 1024 / 1024,
+            open_file_descriptors=p.num_fds() if hasattr(p, "num_fds") else None,
+            tcp_sockets=tcp,
+            threads=p.num_threads(),
         )
 
 

@@ -8,6 +8,7 @@ import sqlite3
 import uuid as uuidlib
 from pathlib import Path
 
+import psutil
 import pytest
 import zmq
 
@@ -301,6 +302,56 @@ def test_show_workers_counts_keepalives_both_ways(tmp_path: Path) -> None:
         assert status == 200 and isinstance(rows, list) and len(rows) == 1
         sent, heard = (int(n) for n in rows[0]["keepalives tx/rx"].split(" / "))
         assert heard == 3 and sent >= got == 2
+    finally:
+        finish(gw)
+
+
+def test_get_stats_and_get_status_report_this_process(gw: Running, tmp_path: Path) -> None:
+    # NorFab's nfcli and nfweb show these figures; nfgate reads them as NorFab's broker
+    # does (psutil), for the process the gateway runs in (here: pytest's).
+    me = psutil.Process()
+    client = gw.dealer("nfp")
+    status, stats = mmi_call(client, "mmi.service.broker", "get_stats")
+    assert status == 200 and isinstance(stats, dict)
+    process = stats["process"]
+    rss_mb = me.memory_info().rss / 1024 / 1024
+    assert 0.5 * rss_mb < process["memory_rss_mbyte"] < 2 * rss_mb
+    assert process["threads"] >= 2  # at least the gateway's loop and libzmq's I/O thread
+    assert process["open_file_descriptors"] >= 5  # the edges' sockets, the store, the wake-up pair
+    # Every edge listens on TCP, and this client is connected to one of them.
+    assert process["tcp_sockets"] >= len(
+        [e for e in gw.gateway.edges.values() if e.endpoint.startswith("tcp://")]
+    )
+    assert process["cpu_percent"] >= 0.0
+    status, info = mmi_call(client, "mmi.service.broker", "get_status")
+    assert status == 200 and isinstance(info, dict)
+    assert info["directories"]["base_dir"] == str(tmp_path / "data")
+    assert info["security"] == {"zmq_auth": False}
+    status, versions = mmi_call(client, "mmi.service.broker", "show_broker_version")
+    assert status == 200 and isinstance(versions, dict)
+    assert versions["pyzmq"] == zmq.__version__ and versions["libzmq"] == zmq.zmq_version()
+    assert versions["psutil"] == psutil.__version__ and versions["nfgate"]
+
+
+def test_get_status_says_zmq_auth_when_the_edge_runs_curve(tmp_path: Path) -> None:
+    import zmq.auth
+
+    _, secret_file = zmq.auth.create_certificates(tmp_path, "broker")
+    server_public, _ = zmq.auth.load_certificate(secret_file)
+    client_public, client_secret = zmq.auth.load_certificate(zmq.auth.create_certificates(tmp_path, "c")[1])
+    gw = start_gateway(tmp_path, f'[edges.nfp]\ncurve_secret_key = "{secret_file}"\n')
+    try:
+        secured = gw.context.socket(zmq.DEALER)
+        secured.setsockopt(zmq.LINGER, 0)
+        secured.setsockopt(zmq.RCVTIMEO, 3000)
+        secured.curve_serverkey = server_public
+        secured.curve_publickey, secured.curve_secretkey = client_public, client_secret
+        secured.connect(gw.endpoint("nfp"))
+        try:
+            status, info = mmi_call(secured, "mmi.service.broker", "get_status")
+        finally:
+            secured.close(0)
+        assert status == 200 and info["security"] == {"zmq_auth": True}  # type: ignore[index]
     finally:
         finish(gw)
 
