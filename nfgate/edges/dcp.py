@@ -121,7 +121,8 @@ class DcpEdge(RouterEdge):
                 sent = self.send(address, self._pong[dialect])
                 if worker is not None:
                     worker.beats_heard += 1
-                    worker.beats_sent += 1 if sent else 0
+                    if sent:
+                        worker.beats_sent += 1
                 out.append(Heartbeat(peer=peer))
             case Action.REGISTER, Registration():
                 if worker is not None and worker.service != message.service:

@@ -190,7 +190,8 @@ class SadaChannelEdge(RouterEdge):
                 sent = self._send_message(address, Pong(proto=p.proto), p.dialect)
                 if address in self._servers:
                     p.beats_heard += 1
-                    p.beats_sent += 1 if sent else 0
+                    if sent:
+                        p.beats_sent += 1
                     out.append(Heartbeat(peer=peer))
             case Action.RINTR, _:
                 self._rintr(address, p, now)
