@@ -126,6 +126,11 @@ class NfpJobs:
         self._failing = False  # the last durable commit failed (logged once per outage)
         self._next_expiry: int | None = None  # monotonic ms of the next purge (None: at once)
 
+    def recovered(self, uuid: str) -> bool:
+        """True for a job accepted before the gateway's restart: a worker may hold it."""
+        job = self._by_uuid.get(uuid)
+        return job is not None and job.recovered
+
     @property
     def data_dir(self) -> str:
         """The folder of the job store (NorFab's get_status calls it the broker's base_dir)."""

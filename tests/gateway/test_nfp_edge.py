@@ -172,6 +172,37 @@ def test_norfab_worker_flow_201_event_get_200(gw: Running) -> None:
     assert final.status == 200 and json.loads(final.body[0]) == {"nfw": {"result": 42, "failed": False}}  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("held", [True, False])
+def test_a_norfab_job_sent_again_is_followed_by_a_get(gw: Running, held: bool) -> None:
+    # A NorFab worker drops a POST for a uuid it already holds, without a word: a job
+    # dispatched a second time (its worker given up for dead, a gateway restart) has a
+    # GET right behind the POST, and the worker's answer to it decides.
+    w1 = norfab_worker(gw, "nf", b"nw1")
+    client = gw.dealer("nfp", b"c1")
+    job = post(client, "nf", b'{"task":"t","kwargs":{},"args":[]}', dialect="norfab")
+    assert get(client, "norfab").status == 202  # type: ignore[attr-defined]
+    first = get(w1, "norfab")
+    assert isinstance(first, Post) and first.uuid == job
+    assert quiet(w1, 100)  # a first dispatch has no GET behind it
+    send(w1, Disconnect(header=WORKER, service="nf", body=None), "norfab")  # gone: the job goes again
+    w2 = norfab_worker(gw, "nf", b"nw2")
+    again, probe = get(w2, "norfab"), get(w2, "norfab")
+    assert isinstance(again, Post) and again.uuid == job
+    assert isinstance(probe, Get) and probe.uuid == job
+    result = b'{"nw2":{"result":7,"failed":false}}'
+    if held:  # it had the job, done: the GET gets the result and the POST nothing
+        send(w2, Response(header=WORKER, client=b"c1", uuid=job, status=200, body=(result,)), "norfab")
+    else:  # it had not: 404 to the GET, which is not the job's end; the POST runs as usual
+        send(w2, Response(header=WORKER, client=b"c1", uuid=job, status=404, body=(b"{}",)), "norfab")
+        send(w2, Response(header=WORKER, client=b"c1", uuid=job, status=201, body=(b"{}",)), "norfab")
+        assert get(client, "norfab").status == 201  # type: ignore[attr-defined]
+        send(w2, Response(header=WORKER, client=b"c1", uuid=job, status=200, body=(result,)), "norfab")
+    final = get(client, "norfab")
+    assert final.status == 200 and json.loads(final.body[0])["nw1"]["result"] == 7  # type: ignore[attr-defined]
+    counters = gw.gateway.edges["nfp"].stats()
+    assert counters["probes_held" if held else "probes_not_held"] == 1
+
+
 @pytest.mark.parametrize("worker_dialect", ["norfab", "spec"])
 def test_a_norfab_workers_result_is_relayed_as_it_wrote_it_anything_else_is_wrapped(
     gw: Running, worker_dialect: str

@@ -78,7 +78,7 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _stop(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> int | None:
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> int | None:
     """SIGTERM, bounded wait, then SIGKILL. Returns the exit status after SIGTERM, or None if killed."""
     if proc.poll() is not None:
         return proc.returncode
@@ -162,6 +162,27 @@ def _files_config(root: Path) -> tuple[Path, Path]:
     return config, shared
 
 
+def launch(cmd: list[str], root: Path, label: str) -> subprocess.Popen[bytes]:
+    """Start a broker process logging to ``root/logs/<label>.out`` and ``.err``."""
+    log_dir = root / "logs"
+    with open(log_dir / f"{label}.out", "wb") as out, open(log_dir / f"{label}.err", "wb") as err:
+        # cwd outside the repo: `python -m` puts the cwd first on sys.path, and the source
+        # tree's nfgate/ would hide the editable install's nfgate.codecs mapping.
+        return subprocess.Popen(cmd, stdout=out, stderr=err, cwd=root, env=_env())
+
+
+def start_nfgate(root: Path, args: list[str], label: str) -> Broker:
+    """``nfgate serve ARGS`` started and ready (its NFP edge is the Broker's ``nfp``)."""
+    proc = launch([sys.executable, "-m", "nfgate", "serve", *args], root, label)
+    stderr_path = root / "logs" / f"{label}.err"
+    try:
+        edges = _wait_ready(proc, stderr_path, READY_TIMEOUT)
+    except RuntimeError as e:
+        stop_process(proc)
+        pytest.fail(f"nfgate did not start: {e}", pytrace=False)
+    return Broker(kind="nfgate", nfp=edges["nfp"], dcp=edges.get("dcp"), proc=proc, stderr_path=stderr_path)
+
+
 @pytest.fixture
 def broker(interop_dir: Path, request: pytest.FixtureRequest) -> Iterator[Broker]:
     """The broker under test; ``indirect`` param "curve" runs nfgate's NFP edge with CURVE,
@@ -197,10 +218,7 @@ def broker(interop_dir: Path, request: pytest.FixtureRequest) -> Iterator[Broker
             cmd += ["--config", str(config)]
     else:
         cmd = [sys.executable, str(NORFAB_BROKER), "--base-dir", str(interop_dir / "norfab-broker")]
-    with open(log_dir / f"broker-{kind}.out", "wb") as out, open(stderr_path, "wb") as err:
-        # cwd outside the repo: `python -m` puts the cwd first on sys.path, and the source
-        # tree's nfgate/ would hide the editable install's nfgate.codecs mapping.
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=interop_dir, env=_env())
+    proc = launch(cmd, interop_dir, f"broker-{kind}")
     try:
         try:
             edges = _wait_ready(proc, stderr_path, READY_TIMEOUT)
@@ -222,7 +240,7 @@ def broker(interop_dir: Path, request: pytest.FixtureRequest) -> Iterator[Broker
         )
     finally:
         died = proc.poll()  # not None: it exited by itself during the test
-        status = _stop(proc)
+        status = stop_process(proc)
     if died is not None:
         pytest.fail(
             f"{kind} broker died during the test (status {died}):\n{_tail(stderr_path)}", pytrace=False
@@ -388,7 +406,7 @@ class Peers:
         for proc in running:  # SIGTERM them all first: each takes ~1 s to wind down
             proc.send_signal(signal.SIGTERM)
         for proc in running:
-            _stop(proc)
+            stop_process(proc)
 
 
 @pytest.fixture

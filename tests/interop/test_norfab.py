@@ -14,6 +14,7 @@ nfgate.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import traceback
@@ -26,8 +27,9 @@ import zmq
 from nfgate.codecs import dcp, nfp
 from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Reply, Request
 from nfgate.codecs.nfp.messages import WORKER, Keepalive
+from tests.ports import random_bind_args
 
-from .conftest import Broker, Peers
+from .conftest import Broker, Peers, broker_kind, start_nfgate, stop_process
 
 
 def _entry(job: Any, worker: str, logs: str) -> dict[str, Any]:
@@ -318,3 +320,62 @@ def test_fetch_file_from_norfabs_filesharing_worker(broker: Broker, peers: Peers
         assert result.get("status") == "200" and result.get("error") is None, logs
         assert Path(result["content"]).read_bytes() == (broker.shared / name).read_bytes(), logs
     assert missing.get("status") == "404", logs
+
+
+# ------------------------------------------------------------------------------ 7
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(90)
+def test_gateway_killed_mid_job_the_norfab_client_still_gets_its_result(interop_dir: Path) -> None:
+    """kill -9 of nfgate while a NorFab worker runs a job; the worker finishes while no
+    gateway runs; a new nfgate on the same data dir and port. The job was acknowledged
+    (202), so it is dispatched again, to a worker that already holds it: NorFab's worker
+    drops a POST for a uuid it knows, and its result_ready EVENT went to the dead
+    gateway. The client's run_job must still return the result (nfgate asks the worker
+    with a GET behind the POST)."""
+    if broker_kind() != "nfgate":
+        pytest.skip("kill -9 and restart test nfgate's job store; NorFab's broker keeps no jobs")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = [
+        "--bind",
+        f"nfp=tcp://127.0.0.1:{port}",
+        *random_bind_args(but="nfp"),
+        "--data-dir",
+        str(interop_dir / "nfgate-data"),
+    ]
+    first = start_nfgate(interop_dir, args, "nfgate-first")
+    peers = Peers(first, interop_dir)
+    try:
+        peers.start_worker("w1", service="echo")
+        run = peers.start_client(
+            "c-durable",
+            service="echo",
+            task="slow",
+            workers="any",
+            kwargs={"seconds": 2, "tag": "kill-9"},
+            timeout=40,
+            wait_workers=["w1"],
+        )
+        assert _wait_for_marker(peers.marker_dir, timeout=20) is not None, peers.logs()
+        first.proc.kill()
+        first.proc.wait(timeout=10)
+        time.sleep(3)  # the 2 s job ends while no gateway runs
+        second = start_nfgate(interop_dir, args, "nfgate-second")
+        try:
+            answer = peers.finish(run, timeout=60)
+        finally:
+            status = stop_process(second.proc)
+        logs = f"client answer: {answer!r}\n{peers.logs()}"
+        _assert_ok(
+            _entry(answer.get("job"), "w1", logs),
+            {"worker": "w1", "seconds": 2, "kwargs": {"tag": "kill-9"}},
+            logs,
+        )
+        assert status == 0, f"the restarted nfgate did not exit 0 on SIGTERM\n{logs}"
+    finally:
+        peers.close()
+        if first.proc.poll() is None:
+            first.proc.kill()
