@@ -64,7 +64,7 @@ _PROGRESS = {201: "created", 202: "created", 300: "pending"}
 
 
 class _Peer:
-    __slots__ = ("beats_heard", "beats_sent", "dialect", "held", "probes", "seen", "service", "state")
+    __slots__ = ("beats_heard", "beats_sent", "dialect", "held", "seen", "service", "state")
 
     def __init__(self, dialect: str) -> None:
         self.dialect = dialect
@@ -75,8 +75,6 @@ class _Peer:
         self.service = ""
         # uuid sent -> (core id, request): how a worker's RESPONSE finds its request.
         self.held: dict[str, tuple[int, Request]] = {}
-        # uuids of jobs sent again with a GET behind the POST (see NfpEdge._dispatch).
-        self.probes: set[str] | None = None
 
 
 class NfpEdge(RouterEdge):
@@ -227,7 +225,6 @@ class NfpEdge(RouterEdge):
         self._workers.pop(address, None)
         p.state = PeerState.NEW
         p.held.clear()
-        p.probes = None
 
     def _disconnect(self, address: bytes, p: _Peer, reason: str) -> None:
         body = None if p.dialect == "norfab" else reason.encode()
@@ -251,13 +248,6 @@ class NfpEdge(RouterEdge):
         elif isinstance(msg, Stream):
             progress = "stream"
         else:
-            if p.probes is not None and msg.uuid in p.probes and msg.status != 201:
-                # The answer to the probing GET (201 is the POST's acknowledgement).
-                p.probes.discard(msg.uuid)
-                if msg.status == 404:  # the worker has not stored the POST yet: it runs it
-                    self.counters["probes_not_held"] += 1
-                    return None
-                self.counters["probes_held"] += 1
             progress = _PROGRESS.get(msg.status, "")
             if not progress and msg.status >= 200:
                 del p.held[msg.uuid]
@@ -297,7 +287,12 @@ class NfpEdge(RouterEdge):
         if p is None:
             return [Unregister(peer=out.worker, reason="unknown to the NFP edge")]
         uuid = request.origin.decode("ascii", "replace") if request.reply_to.edge == self.name else ""
-        if not uuid or not uuid.isprintable() or uuid in p.held:
+        # A NorFab worker keeps its jobs by uuid, across its own restarts, and drops
+        # without a word a POST for a uuid it has: a job going out again (its worker
+        # given up for dead, a gateway restart) gets a uuid of its own toward workers,
+        # or it would wait forever on a record no thread runs. Spec workers keep nothing.
+        again = p.dialect == "norfab" and (out.attempt > 1 or self.jobs.recovered(uuid))
+        if again or not uuid or not uuid.isprintable() or uuid in p.held:
             uuid = uuidlib.uuid4().hex
         p.held[uuid] = (request.id, request)
         body = request.body or (b"",)
@@ -313,28 +308,7 @@ class NfpEdge(RouterEdge):
             self._forget_worker(address, p)
             return [Unregister(peer=out.worker, reason="socket gone")]
         self.send_later(address, frames)  # a worker that is gone is found in flush()
-        if p.dialect == "norfab" and (out.attempt > 1 or self.jobs.recovered(uuid)):
-            self._probe(address, p, uuid, self._client_token(request))
         return []
-
-    def _probe(self, address: bytes, p: _Peer, uuid: str, token: bytes) -> None:
-        """Ask a NorFab worker about job ``uuid`` right behind its POST.
-
-        Why: the job went out before (the gateway restarted, or the worker was given up
-        for dead and came back), and a NorFab worker keeps its jobs by uuid: it drops a
-        POST for a uuid it holds, without an answer, so the job would wait forever. Its
-        answer to a GET says where the job is: the result (200, or the job's failure),
-        300 while it runs (its result_ready EVENT follows), or 404 when the worker does
-        not hold it, i.e. it takes the POST (201) like any other.
-        """
-        get = Get(header=BROKER, client=token, uuid=uuid, body=(b"{}",))
-        frames = self.encode(get, p.dialect)
-        if frames is not None:
-            if p.probes is None:
-                p.probes = set()
-            p.probes.add(uuid)
-            # Queued after the POST, so the worker reads the POST first.
-            self.send_later(address, frames)
 
     def _abort(self, out: Abort) -> None:
         p = self._workers.get(out.worker.address)

@@ -154,6 +154,35 @@ def test_worker_killed_mid_job_is_redispatched(peers: Peers) -> None:
     assert list(peers.marker_dir.glob(f"{survivor}.*.started")), f"{survivor} never started the job\n{logs}"
 
 
+@pytest.mark.interop
+@pytest.mark.timeout(60)
+def test_worker_killed_mid_job_and_restarted_under_its_name_runs_it_again(peers: Peers) -> None:
+    """SIGKILL the only worker mid-job and start it again at once, same name and
+    base_dir (a service manager's restart). NorFab's worker keeps its jobs in a database
+    under base_dir and drops a POST for a uuid it has, so the job must go out again
+    under a uuid of its own. (NorFab's own broker loses the job.)"""
+    peers.start_worker("w1", service="echo")
+    run = peers.start_client(
+        "c-restart",
+        service="echo",
+        task="slow",
+        workers="any",
+        kwargs={"seconds": 2, "tag": "restarted"},
+        timeout=30,
+        wait_workers=["w1"],
+    )
+    assert _wait_for_marker(peers.marker_dir, timeout=20) is not None, peers.logs()
+    peers.kill_worker("w1")
+    peers.start_worker("w1", service="echo")
+    answer = peers.finish(run, timeout=45)
+    logs = f"client answer: {answer!r}\n{peers.logs()}"
+    _assert_ok(
+        _entry(answer.get("job"), "w1", logs),
+        {"worker": "w1", "seconds": 2, "kwargs": {"tag": "restarted"}},
+        logs,
+    )
+
+
 # ------------------------------------------------------------------------------ 4
 
 
@@ -332,8 +361,8 @@ def test_gateway_killed_mid_job_the_norfab_client_still_gets_its_result(interop_
     gateway runs; a new nfgate on the same data dir and port. The job was acknowledged
     (202), so it is dispatched again, to a worker that already holds it: NorFab's worker
     drops a POST for a uuid it knows, and its result_ready EVENT went to the dead
-    gateway. The client's run_job must still return the result (nfgate asks the worker
-    with a GET behind the POST)."""
+    gateway. The client's run_job must still return the result (the job goes out again
+    under a uuid of its own)."""
     if broker_kind() != "nfgate":
         pytest.skip("kill -9 and restart test nfgate's job store; NorFab's broker keeps no jobs")
     with socket.socket() as probe:
