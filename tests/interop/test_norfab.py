@@ -29,7 +29,7 @@ from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Repl
 from nfgate.codecs.nfp.messages import WORKER, Keepalive
 from tests.ports import random_bind_args
 
-from .conftest import Broker, Peers, broker_kind, start_nfgate, stop_process
+from .conftest import Broker, ClientRun, Peers, broker_kind, start_nfgate, stop_process
 
 
 def _entry(job: Any, worker: str, logs: str) -> dict[str, Any]:
@@ -116,6 +116,26 @@ def _wait_for_marker(marker_dir: Path, timeout: float) -> Path | None:
     return None
 
 
+def _slow_job_running(
+    peers: Peers, name: str, tag: str, seconds: int, timeout: int
+) -> tuple[ClientRun, Path]:
+    """A client running task ``slow`` on service echo (target any), once a worker has
+    started it: the client run and the worker's start marker."""
+    workers = sorted(peers.workers)
+    run = peers.start_client(
+        name,
+        service="echo",
+        task="slow",
+        workers="any",
+        kwargs={"seconds": seconds, "tag": tag},
+        timeout=timeout,
+        wait_workers=workers,
+    )
+    marker = _wait_for_marker(peers.marker_dir, timeout=20)
+    assert marker is not None, f"no worker started the slow task\n{peers.logs()}"
+    return run, marker
+
+
 @pytest.mark.interop
 @pytest.mark.timeout(60)
 def test_worker_killed_mid_job_is_redispatched(peers: Peers) -> None:
@@ -126,17 +146,7 @@ def test_worker_killed_mid_job_is_redispatched(peers: Peers) -> None:
     """
     peers.start_worker("w1", service="echo")
     peers.start_worker("w2", service="echo")
-    run = peers.start_client(
-        "c-slow",
-        service="echo",
-        task="slow",
-        workers="any",
-        kwargs={"seconds": 3, "tag": "killed"},
-        timeout=35,
-        wait_workers=["w1", "w2"],
-    )
-    marker = _wait_for_marker(peers.marker_dir, timeout=20)
-    assert marker is not None, f"no worker started the slow task\n{peers.logs()}"
+    run, marker = _slow_job_running(peers, "c-slow", "killed", seconds=3, timeout=35)
     victim = marker.name.split(".")[0]
     survivor = {"w1": "w2", "w2": "w1"}[victim]
     peers.kill_worker(victim)
@@ -162,16 +172,7 @@ def test_worker_killed_mid_job_and_restarted_under_its_name_runs_it_again(peers:
     under base_dir and drops a POST for a uuid it has, so the job must go out again
     under a uuid of its own. (NorFab's own broker loses the job.)"""
     peers.start_worker("w1", service="echo")
-    run = peers.start_client(
-        "c-restart",
-        service="echo",
-        task="slow",
-        workers="any",
-        kwargs={"seconds": 2, "tag": "restarted"},
-        timeout=30,
-        wait_workers=["w1"],
-    )
-    assert _wait_for_marker(peers.marker_dir, timeout=20) is not None, peers.logs()
+    run, _ = _slow_job_running(peers, "c-restart", "restarted", seconds=2, timeout=30)
     peers.kill_worker("w1")
     peers.start_worker("w1", service="echo")
     answer = peers.finish(run, timeout=45)
@@ -379,16 +380,7 @@ def test_gateway_killed_mid_job_the_norfab_client_still_gets_its_result(interop_
     peers = Peers(first, interop_dir)
     try:
         peers.start_worker("w1", service="echo")
-        run = peers.start_client(
-            "c-durable",
-            service="echo",
-            task="slow",
-            workers="any",
-            kwargs={"seconds": 2, "tag": "kill-9"},
-            timeout=40,
-            wait_workers=["w1"],
-        )
-        assert _wait_for_marker(peers.marker_dir, timeout=20) is not None, peers.logs()
+        run, _ = _slow_job_running(peers, "c-durable", "kill-9", seconds=2, timeout=40)
         first.proc.kill()
         first.proc.wait(timeout=10)
         time.sleep(3)  # the 2 s job ends while no gateway runs
