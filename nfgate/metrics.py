@@ -8,7 +8,8 @@ therefore at most a second old and costs the loop nothing.
 Names: ``nfgate_core_<counter>_total`` for the routing core's counters,
 ``nfgate_core_<gauge>`` for its gauges (workers, jobs, queued, in_flight), and
 ``nfgate_edge_events_total{edge, protocol, event}`` for what each edge counts (bad input,
-unroutable sends, ...).
+unroutable sends, ...), and ``nfgate_edge_messages_total{edge, protocol, direction}`` and
+``nfgate_edge_message_failures_total{...}`` for the messages each edge moved.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ GAUGES = frozenset({"workers", "jobs", "queued", "in_flight"})
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 Snapshot = Mapping[str, Mapping[str, int]]
-"""``{"core": {...}, "edge:<name>": {...}}`` as :meth:`nfgate.gateway.Gateway.stats`."""
+"""``{"core": {...}, "edge:<name>": {...}, "traffic:<name>": {...}}`` as
+:meth:`nfgate.gateway.Gateway.stats`."""
 
 
 def _label(value: str) -> str:
@@ -65,7 +67,36 @@ def render(snapshot: Snapshot, protocols: Mapping[str, str], uptime_s: float) ->
         for event, value in sorted(snapshot[section].items()):
             labels = f'edge="{_label(edge)}",protocol="{_label(protocol)}",event="{_label(event)}"'
             lines.append(f"nfgate_edge_events_total{{{labels}}} {value}")
+    lines += _traffic(snapshot, protocols)
     return "\n".join(lines) + "\n"
+
+
+# traffic:<edge> snapshot keys -> (metric, direction)
+_TRAFFIC = {
+    "received": ("nfgate_edge_messages_total", "in"),
+    "sent": ("nfgate_edge_messages_total", "out"),
+    "receive_failures": ("nfgate_edge_message_failures_total", "in"),
+    "send_failures": ("nfgate_edge_message_failures_total", "out"),
+}
+
+
+def _traffic(snapshot: Snapshot, protocols: Mapping[str, str]) -> list[str]:
+    lines = [
+        "# HELP nfgate_edge_messages_total Messages each edge read (in) and sent (out).",
+        "# TYPE nfgate_edge_messages_total counter",
+        "# HELP nfgate_edge_message_failures_total Messages read and refused (in), or not sent (out).",
+        "# TYPE nfgate_edge_message_failures_total counter",
+    ]
+    for section in sorted(snapshot):
+        if not section.startswith("traffic:"):
+            continue
+        edge = section.removeprefix("traffic:")
+        protocol = protocols.get(edge, "")
+        for key, value in sorted(snapshot[section].items()):
+            metric, direction = _TRAFFIC[key]
+            labels = f'edge="{_label(edge)}",protocol="{_label(protocol)}",direction="{direction}"'
+            lines.append(f"{metric}{{{labels}}} {value}")
+    return lines
 
 
 def parse_url(url: str) -> tuple[str, int]:

@@ -142,6 +142,7 @@ class RepEndpoint:
         self.refused = 0  # requests dropped unanswered because max_contexts were held
         self.dropped = 0  # requests the edge chose not to answer
         self.orphaned = 0  # requests a posted receive took whose connection closed before recv()
+        self.sent = 0  # replies handed to NNG
         self.send_failed = 0  # replies NNG could not deliver (timeout, socket closed)
         self._held: dict[int, object] = {}  # key -> nng_ctx * of a request awaiting its answer
         self._free: list[object] = []  # contexts ready for the next request
@@ -361,11 +362,22 @@ class RepEndpoint:
         lib.nng_aio_set_timeout(aio, self.send_timeout_ms)
         lib.nng_aio_set_msg(aio, msgp[0])
         lib.nng_ctx_send(ctx[0], aio)  # type: ignore[index]
+        self.sent += 1
         if lib.nng_aio_busy(aio):
             self.sending.append((aio, ctx))
         else:
             self._sent(aio, ctx)
         return True
+
+    @property
+    def receive_failures(self) -> int:
+        """Requests received and dropped here (:attr:`refused`)."""
+        return self.refused
+
+    @property
+    def send_failures(self) -> int:
+        """Replies NNG could not deliver (:attr:`send_failed`)."""
+        return self.send_failed
 
     def drop(self, key: int) -> bool:
         """Leave request ``key`` unanswered (its peer times out and resends); False if

@@ -48,6 +48,7 @@ class UdpEndpoint:
         self.socket = sock
         bound_host, bound_port = sock.getsockname()[:2]
         self.address: Address = (str(bound_host), int(bound_port))
+        self.received = 0
         self.sent = 0
         self.send_errors = 0  # datagrams the system refused (unreachable, buffer full)
 
@@ -72,6 +73,7 @@ class UdpEndpoint:
                 # systems; it says nothing about the datagrams still waiting.
                 continue
             out.append((data, (str(sender[0]), int(sender[1]))))
+        self.received += len(out)
         return out
 
     def sendto(self, data: bytes, address: Address) -> bool:
@@ -84,6 +86,14 @@ class UdpEndpoint:
             return False
         self.sent += 1
         return True
+
+    receive_failures = 0
+    """A datagram is whole or not read at all: what it says is the edge's to judge."""
+
+    @property
+    def send_failures(self) -> int:
+        """Datagrams the system refused (:attr:`send_errors`)."""
+        return self.send_errors
 
     def close(self) -> None:
         self.socket.close()

@@ -56,6 +56,8 @@ class RouterEndpoint:
     ) -> None:
         self.url = url
         self.limits = limits or Limits()
+        self.received = 0  # messages read, the dropped ones included
+        self.sent = 0  # messages handed to libzmq
         self.oversized = 0  # messages dropped for having more than max_frames frames
         self.unroutable = 0  # replies to peers that are gone
         sock = context.socket(zmq.ROUTER)
@@ -102,6 +104,7 @@ class RouterEndpoint:
         while frame.more:
             frame = recv(_NOBLOCK, copy=False)
             parts.append(frame.bytes)
+        self.received += 1
         if len(parts) - 1 > self.limits.max_frames:
             self.oversized += 1
             return None
@@ -122,7 +125,18 @@ class RouterEndpoint:
                 self.unroutable += 1
                 return False
             raise TransportError(f"send on {self.url} failed: {exc.strerror}") from None
+        self.sent += 1
         return True
+
+    @property
+    def receive_failures(self) -> int:
+        """Messages read and dropped here (:attr:`oversized`)."""
+        return self.oversized
+
+    @property
+    def send_failures(self) -> int:
+        """Messages that could not be sent (:attr:`unroutable`)."""
+        return self.unroutable
 
     def close(self) -> None:
         self.socket.close(0)

@@ -52,13 +52,16 @@ Message = tuple[bytes, list[bytes]]
 
 class MemoryTransport:
     """Stands in for :class:`nfgate.transports.zmq.RouterEndpoint`: ``recv`` hands out
-    what :meth:`give` was given, ``send`` appends to :attr:`sent`. ``socket`` is the real
-    one the edge bound, so the gateway's poller has something to hold."""
+    what :meth:`give` was given, ``send`` appends to :attr:`outbox`, and both count as
+    the real one does. ``socket`` is the real one the edge bound, so the gateway's
+    poller has something to hold."""
+
+    receive_failures = send_failures = oversized = 0
 
     def __init__(self, socket: zmq.Socket[bytes]) -> None:
         self.socket = socket
-        self.sent: list[Message] = []
-        self.oversized = 0
+        self.outbox: list[Message] = []
+        self.received = self.sent = 0
         self._inbox: list[Message] = []
         self._next = 0
 
@@ -69,14 +72,16 @@ class MemoryTransport:
         if self._next >= len(self._inbox):
             return None
         self._next += 1
+        self.received += 1
         return self._inbox[self._next - 1]
 
     def send(self, identity: bytes, frames: list[bytes]) -> bool:
-        self.sent.append((identity, frames))
+        self.outbox.append((identity, frames))
+        self.sent += 1
         return True
 
     def take(self) -> list[Message]:
-        sent, self.sent = self.sent, []
+        sent, self.outbox = self.outbox, []
         return sent
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+import attrs
 import zmq
 
 from nfgate.codecs._base import Message
@@ -26,7 +27,7 @@ from nfgate.transports.zmq import Limits, RouterEndpoint
 if TYPE_CHECKING:
     from nfgate.gateway import Gateway
 
-__all__ = ["BeatCounts", "Edge", "EdgeSettings", "RouterEdge", "peer_label"]
+__all__ = ["BeatCounts", "Edge", "EdgeSettings", "RouterEdge", "Traffic", "WireCounts", "peer_label"]
 
 log = logging.getLogger("nfgate.edge")
 
@@ -78,6 +79,41 @@ def peer_label(address: bytes) -> str:
     return "id-" + address.hex()
 
 
+class WireCounts(Protocol):
+    """What a transport counts of the messages it moved (``nfgate.transports``: the
+    ZeroMQ ROUTER, the NNG rep0 socket, the UDP socket)."""
+
+    @property
+    def received(self) -> int: ...
+    @property
+    def sent(self) -> int: ...
+    @property
+    def receive_failures(self) -> int: ...
+    @property
+    def send_failures(self) -> int: ...
+
+
+@attrs.frozen
+class Traffic:
+    """Messages moved on the wire since the edge started: what NorFab's ``get_stats``
+    calls "messaging". ``receive_failures``: messages read and refused, by the
+    transport (too many frames, too many held requests) or by the edge (bad input);
+    ``send_failures``: messages the transport could not send (peer gone, queue full)."""
+
+    received: int = 0
+    sent: int = 0
+    receive_failures: int = 0
+    send_failures: int = 0
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(
+            received=self.received + other.received,
+            sent=self.sent + other.sent,
+            receive_failures=self.receive_failures + other.receive_failures,
+            send_failures=self.send_failures + other.send_failures,
+        )
+
+
 class Edge(abc.ABC):
     """Base of the protocol edges. Subclasses set :attr:`protocol` and implement the
     abstract methods; every method is called from the gateway's one event-loop thread.
@@ -98,6 +134,7 @@ class Edge(abc.ABC):
         self.name = settings.name
         self.url = settings.url
         self.counters: Counter[str] = Counter()
+        self.bad_inputs = 0  # every bad_input() call, whatever its counter
         self._gateway: Gateway | None = None
         self._peers_seen: dict[bytes, Peer] = {}
         self._services_seen: dict[str, ServiceRef] = {}
@@ -208,9 +245,21 @@ class Edge(abc.ABC):
     def stats(self) -> dict[str, int]:
         return dict(self.counters)
 
+    def wires(self) -> Sequence[WireCounts]:
+        """The transports this edge reads and writes (for :meth:`traffic`)."""
+        return ()
+
+    def traffic(self) -> Traffic:
+        """What this edge's transports moved, with the input the edge refused."""
+        total = Traffic(receive_failures=self.bad_inputs)
+        for w in self.wires():
+            total += Traffic(w.received, w.sent, w.receive_failures, w.send_failures)
+        return total
+
     def bad_input(self, peer: Peer, what: str, reason: str) -> None:
         """Count and log one piece of bad network input."""
         self.counters[what] += 1
+        self.bad_inputs += 1
         log.debug("%s: %s from %s: %s", self.name, what, peer_label(peer.address), reason)
 
 
@@ -297,6 +346,9 @@ class RouterEdge(Edge, Decoding):
 
     def sockets(self) -> Sequence[zmq.Socket[bytes] | int]:
         return (self.transport.socket,)
+
+    def wires(self) -> Sequence[WireCounts]:
+        return (self.transport,)
 
     def send(self, address: bytes, frames: list[bytes]) -> bool:
         """Send to a peer; False (and counted) when it is gone or not reading.

@@ -51,9 +51,9 @@ from nfgate.codecs.dbp.session import (
     request_envelope,
     step,
 )
-from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec
+from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, WireCounts
 from nfgate.edges.dbp_catalog import ServiceCache, answer
-from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT
+from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, option_address
 from nfgate.errors import DecodeError, EncodeError, TransportError
 from nfgate.model import Catalog, Command, Heartbeat, Lookup, Register, Reply, Request, Unregister
 from nfgate.routing_types import Abort, Accepted, Dispatch, Evict, Output
@@ -180,6 +180,10 @@ class DbpEdge(RouterEdge):
             socks.append(self.udp.fileno())
         return socks
 
+    def wires(self) -> Sequence[WireCounts]:
+        beacon = self._beacon_sock
+        return tuple(w for w in (self.transport, self.udp, beacon if beacon is not self.udp else None) if w)
+
     # ------------------------------------------------------------------ input
 
     def receive(self, now_ms: int, budget: int) -> list[Command]:
@@ -271,6 +275,7 @@ class DbpEdge(RouterEdge):
             beat = wire.decode_heartbeat_datagram(data)
         except DecodeError as exc:
             self.counters["udp_undecodable"] += 1
+            self.bad_inputs += 1
             log.debug("%s: bad datagram from %s:%d: %s", self.name, *sender, exc.reason)
             return
         address = self._by_name.get(beat.service)
@@ -581,19 +586,6 @@ class DbpEdge(RouterEdge):
         return stats
 
 
-def _address(value: object, default: Address | None) -> Address | None:
-    if value is None:
-        return None
-    if (
-        isinstance(value, tuple)
-        and len(value) == 2
-        and isinstance(value[0], str)
-        and isinstance(value[1], int)
-    ):
-        return (value[0], value[1])
-    return default
-
-
 def make(settings: EdgeSettings, *, store: JobStore) -> DbpEdge:
     """The ``dbp`` edge kind's factory (:mod:`nfgate.edges.kinds`); DBP keeps no job
     records. Raises :class:`TransportError` when a socket cannot be bound."""
@@ -603,8 +595,8 @@ def make(settings: EdgeSettings, *, store: JobStore) -> DbpEdge:
     every = options.get("beacon_interval_ms", 1000)
     return DbpEdge(
         settings,
-        udp=_address(options.get("udp", UDP_DEFAULT), UDP_DEFAULT),
-        beacon=_address(options.get("beacon", BEACON_DEFAULT), BEACON_DEFAULT),
+        udp=option_address(options.get("udp", UDP_DEFAULT), UDP_DEFAULT),
+        beacon=option_address(options.get("beacon", BEACON_DEFAULT), BEACON_DEFAULT),
         beacon_interval_ms=every if isinstance(every, int) and every > 0 else 1000,
         liveness=max(1, int(liveness)),
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 from nfgate.errors import ConfigError
 from nfgate.transports.udp import Address, parse_address
 
-__all__ = ["BEACON_DEFAULT", "UDP_DEFAULT", "address_option", "interval_option"]
+__all__ = ["BEACON_DEFAULT", "UDP_DEFAULT", "address_option", "interval_option", "option_address"]
 
 BEACON_DEFAULT = ("127.0.0.1", 5245)  # design.md, DBP notes: Hermes listens on UDP port 5245
 # The heartbeat socket's default: the ROUTER's own host and port number, over UDP (so
@@ -36,3 +36,18 @@ def interval_option(value: object, where: str, base: Path) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"config: {where} must be an integer >= 1 (milliseconds), got {value!r}")
     return value
+
+
+def option_address(value: object, default: Address | None) -> Address | None:
+    """An address as :func:`address_option` left it in the edge's options (None: off);
+    ``default`` for anything else (options built by hand, not by the config loader)."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int)
+    ):
+        return (value[0], value[1])
+    return default

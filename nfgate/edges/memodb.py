@@ -30,6 +30,7 @@ import heapq
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import cast
 
 from nfgate.codecs._base import Message
@@ -37,7 +38,7 @@ from nfgate.codecs.memodb import codec as wire
 from nfgate.codecs.memodb.messages import Disconnect, Job, Ready, Result
 from nfgate.codecs.memodb.messages import Heartbeat as MemoHeartbeat
 from nfgate.codecs.memodb.session import Action, WorkerState, dialect_of, input_of, step
-from nfgate.edges import BeatCounts, Edge, EdgeSettings
+from nfgate.edges import BeatCounts, Edge, EdgeSettings, WireCounts
 from nfgate.errors import DecodeError, EncodeError
 from nfgate.model import Cancel, Command, Heartbeat, Peer, Register, Reply, Request, Status, Unregister
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
@@ -137,6 +138,9 @@ class MemodbEdge(Edge):
 
     def sockets(self) -> tuple[int, int]:
         return (self.transport.fd, self.transport.event_fd)
+
+    def wires(self) -> Sequence[WireCounts]:
+        return (self.transport,)
 
     # ------------------------------------------------------------------ input
 

@@ -238,6 +238,7 @@ class NfpEdge(RouterEdge):
         core_id = entry[0]
         if isinstance(msg, Event):
             progress = "event"
+            self.counters["events_received"] += 1
             if dialect == "norfab" and b'"result_ready"' in msg.body[0]:
                 # The result is saved on the worker; NorFab hands it out only to a GET.
                 self._send_message(

@@ -159,7 +159,9 @@ class NfpServices:
         stats: Mapping[str, int] = {}
         endpoints: tuple[tuple[str, str, str], ...] = ()
         if gateway is not None:
-            stats = gateway.router.stats()
+            # NorFab's "messaging" counters are its one socket's; nfgate's are every edge's.
+            events = sum(e.counters["events_received"] for e in gateway.edges.values())
+            stats = {**gateway.router.stats(), **attrs.asdict(gateway.traffic()), "events_received": events}
             endpoints = tuple((e.name, e.protocol, e.endpoint) for e in gateway.edges.values())
             for w in gateway.router.workers():
                 edge = gateway.edges.get(w.peer.edge)

@@ -33,7 +33,7 @@ from nfgate.codecs import sada as wire
 from nfgate.codecs._base import Message
 from nfgate.codecs.sada.messages import Intr, Pong, Rep, Req
 from nfgate.codecs.sada.session import Action, ServerState, piran_evidence, server_step
-from nfgate.edges import Decoding, Edge, EdgeSettings, WireCodec
+from nfgate.edges import Decoding, Edge, EdgeSettings, WireCodec, WireCounts
 from nfgate.edges.sada_common import DEFAULT_PROTO, WireCache, client_status, connect, join_body, sada_router
 from nfgate.errors import ConfigError, EncodeError
 from nfgate.model import Command, Request
@@ -104,6 +104,9 @@ class SadaServerEdge(Edge, Decoding):
         if self._monitor is None:
             return (self.transport.socket,)
         return (self.transport.socket, self._monitor)
+
+    def wires(self) -> Sequence[WireCounts]:
+        return (self.transport,)
 
     def close(self) -> None:
         if self._monitor is not None:

@@ -119,6 +119,12 @@ def test_client_job_served_by_worker_result_on_the_same_context(fast: tuple[Runn
     assert second.id == job.id and second.payload == b"again"
     send(worker, Result(id=job.id, payload=b"AGAIN"))
     assert get(client) == Result(payload=b"AGAIN")
+    # Counted on the wire: every request read is answered, or held (the worker's last
+    # RESULT waits for its next JOB); heartbeats included on both sides.
+    edge = gw.gateway.edges["memodb"]
+    rep = edge.transport  # type: ignore[attr-defined]
+    until(lambda: edge.traffic().received == edge.traffic().sent + rep.held + rep.dropped)
+    assert edge.traffic().received >= 5 and edge.traffic().receive_failures == 0
 
 
 def test_idle_worker_long_poll_answered_with_heartbeat(fast: tuple[Running, Peers]) -> None:

@@ -90,6 +90,7 @@ def test_requests_held_on_contexts_answered_out_of_order(rep: RepEndpoint) -> No
             t.join(5)
         assert replies == {b"r%d" % i: b"R%d" % i for i in range(5)}
         assert rep.held == 0 and not rep.send(held[b"r0"], b"twice")  # answered already
+        assert (rep.received, rep.sent, rep.receive_failures, rep.send_failures) == (5, 5, 0, 0)
     finally:
         sock.close()
 
@@ -120,6 +121,7 @@ def test_requests_beyond_max_contexts_are_refused_and_counted() -> None:
             assert rep.recv() is None
             time.sleep(0.01)
         assert rep.refused == 1 and rep.held == 2
+        assert (rep.received, rep.receive_failures) == (3, 1)
     finally:
         for sock in socks:
             sock.close()

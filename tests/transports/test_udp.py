@@ -36,6 +36,7 @@ def test_bind_random_port_send_and_receive_a_batch() -> None:
         assert [data for data, _ in got] == [b"d0", b"d1", b"d2", b"d3", b"d4"]
         assert {sender for _, sender in got} == {b.address}
         assert a.recv_batch(10) == []  # non-blocking when empty
+        assert a.received == 5 and (a.receive_failures, b.send_failures) == (0, 0)
     finally:
         a.close()
         b.close()
@@ -70,7 +71,7 @@ def test_refused_send_is_counted_not_raised() -> None:
     try:
         assert not a.sendto(b"x", ("127.0.0.1", 70000))  # port out of range
         assert not a.sendto(b"x" * 70_000, ("127.0.0.1", 9))  # larger than a datagram
-        assert a.send_errors == 2
+        assert a.send_errors == 2 and (a.sent, a.send_failures) == (0, 2)
     finally:
         a.close()
 

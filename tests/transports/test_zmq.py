@@ -40,6 +40,7 @@ def test_identity_is_stripped_on_receive_and_added_on_send(ctx: zmq.Context[zmq.
     assert router.send(identity, [b"", b"DGBX\x01", b"\x03"])
     assert dealer.poll(5000)
     assert dealer.recv_multipart() == [b"", b"DGBX\x01", b"\x03"]
+    assert (router.received, router.sent, router.receive_failures, router.send_failures) == (1, 1, 0, 0)
     router.close()
 
 
@@ -54,6 +55,7 @@ def test_reply_to_a_vanished_peer_is_counted_not_raised(ctx: zmq.Context[zmq.Soc
     router = RouterEndpoint(ctx, "tcp://127.0.0.1:*")
     assert router.send(b"nobody", [b"", b"x"]) is False
     assert router.unroutable == 1
+    assert (router.sent, router.send_failures) == (0, 1)
     router.close()
 
 
@@ -65,6 +67,7 @@ def test_too_many_frames_are_dropped_and_counted(ctx: zmq.Context[zmq.Socket[byt
     # The oversized message is skipped; the next one from the same peer still arrives.
     _, frames = _recv(router)
     assert frames == [b"", b"ok"] and router.oversized == 1
+    assert (router.received, router.receive_failures) == (2, 1)  # read, then refused
     router.close()
 
 
