@@ -123,12 +123,18 @@ class TargetKind(StateEnum):
 
 @attrs.frozen(kw_only=True)
 class Target:
+    """Which workers of the service. ``any_service`` (NAMED only): the named workers
+    whatever services they offer; NorFab's pseudo-service ``all`` is resolved to it."""
+
     kind: TargetKind = TargetKind.ANY
     names: tuple[str, ...] = attrs.field(default=(), converter=_tuple)
+    any_service: bool = False
 
     def __attrs_post_init__(self) -> None:
         if (self.kind is TargetKind.NAMED) != bool(self.names):
             raise ValueError("a NAMED target needs worker names; ANY and ALL take none")
+        if self.any_service and self.kind is not TargetKind.NAMED:
+            raise ValueError("any_service needs a NAMED target")
 
 
 ANY = Target()

@@ -296,7 +296,7 @@ class Router:
             self._workers[part.bound].backlog.push(part)
         elif part.name is not None:
             peer = self._by_name.get(part.name)
-            if peer is not None and self._workers[peer].offers(ref):
+            if peer is not None and (part.job.request.target.any_service or self._workers[peer].offers(ref)):
                 part.bound = peer
                 self._workers[peer].backlog.push(part)
             else:

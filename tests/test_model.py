@@ -35,6 +35,7 @@ def test_commands_are_frozen_and_keyword_only() -> None:
         lambda: Peer(edge="", protocol="nfp", address=b""),
         lambda: Target(kind=TargetKind.NAMED),
         lambda: Target(kind=TargetKind.ANY, names=("w1",)),
+        lambda: Target(kind=TargetKind.ALL, any_service=True),
         lambda: Register(peer=PEER, services=(ServiceRef(name="a"),), capacity=0),
         lambda: Reply(id=1, status=42),
         lambda: Reply(id=1, status=200, body=["text"]),

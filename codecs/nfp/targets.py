@@ -1,14 +1,18 @@
 """NFP target frames: ``all`` (the spec's default), ``any``, comma-separated worker
-names (spec), or a JSON list of names (NorFab)."""
+names (spec), or a JSON list of names (NorFab); and the workers NorFab's pseudo-service
+``all`` stands for."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 from nfgate.errors import DecodeError
 
 ALL = "all"
 ANY = "any"
+PSEUDO_SERVICE = "all"
+"""NorFab's service name for "workers of every service" (docs/protocols/norfab-wire.md)."""
 
 
 def parse_target(text: str) -> str | tuple[str, ...]:
@@ -41,3 +45,21 @@ def format_target(target: str | tuple[str, ...], dialect: str) -> str:
     if isinstance(target, str):
         return target
     return json.dumps(list(target), separators=(",", ":")) if dialect == "norfab" else ",".join(target)
+
+
+def pseudo_targets(target: str | tuple[str, ...], workers: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """The workers a job for NorFab's pseudo-service ``all`` goes to, as NorFab's broker
+    picks them (``filter_workers``): ``workers`` are the registered ``(name, service)``
+    pairs in registration order. ``all``: every worker; ``any``: one worker of each
+    service (NorFab picks at random; here the first registered); names: those that are
+    registered, in the order given, unknown ones dropped as NorFab drops them. May be
+    empty (NorFab then answers 400)."""
+    known = dict(workers)
+    if target == ALL:
+        return tuple(known)
+    if target == ANY:
+        first: dict[str, str] = {}
+        for name, service in known.items():
+            first.setdefault(service, name)
+        return tuple(first.values())
+    return tuple(name for name in dict.fromkeys(target) if name in known)

@@ -301,9 +301,9 @@ class NfpEdge(RouterEdge):
             if p.dialect == "norfab":
                 frames = wire.dispatch_frames(uuid, body, p.dialect, client=self._client_token(request))
             else:
-                frames = wire.dispatch_frames(
-                    uuid, body, p.dialect, service=request.service.name, target="any"
-                )
+                # A job for NorFab's pseudo-service "all" names the worker's own service.
+                service = p.service if request.target.any_service else request.service.name
+                frames = wire.dispatch_frames(uuid, body, p.dialect, service=service, target="any")
         except EncodeError as exc:
             self.unencodable("POST", p.dialect, exc)
             self._forget_worker(address, p)
@@ -323,9 +323,8 @@ class NfpEdge(RouterEdge):
                         header=BROKER, client=self._client_token(request), uuid=uuid, body=(b"{}",)
                     )
                 else:
-                    message = Delete(
-                        header=BROKER, service=request.service.name, target="any", uuid=uuid, body=(b"",)
-                    )
+                    service = p.service if request.target.any_service else request.service.name
+                    message = Delete(header=BROKER, service=service, target="any", uuid=uuid, body=(b"",))
                 self._send_message(out.worker.address, message, p.dialect)
 
     def relay_input(self, core_id: int, msg: Put) -> bool:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from nfgate.codecs.nfp import codec as wire
 from nfgate.codecs.nfp import session as nfpjson
 from nfgate.codecs.nfp.messages import BROKER, Delete, Event, Get, Post, Put, Response, Stream
-from nfgate.codecs.nfp.targets import parse_target
+from nfgate.codecs.nfp.targets import PSEUDO_SERVICE, format_target, parse_target, pseudo_targets
 from nfgate.errors import DecodeError, EncodeError
 from nfgate.model import ALL, ANY, Cancel, Command, Peer, Request, ServiceRef, Status, Target, TargetKind
 from nfgate.routing_types import STATUS_CANCELLED, Accepted, Deliver
@@ -72,6 +72,17 @@ def to_target(parsed: str | tuple[str, ...]) -> Target:
     if parsed == "all":
         return ALL
     return Target(kind=TargetKind.NAMED, names=tuple(parsed))
+
+
+def job_target(service: str, parsed: str | tuple[str, ...]) -> Target:
+    """The core's target for a job: NorFab's pseudo-service ``all`` (its names already
+    resolved by :func:`pseudo_targets`) takes the named workers whatever their service.
+    Raises ValueError for the pseudo-service with ``any`` or ``all`` left unresolved."""
+    if service == PSEUDO_SERVICE:
+        if isinstance(parsed, str):
+            raise ValueError(f"pseudo-service target {parsed!r} is not resolved to workers")
+        return Target(kind=TargetKind.NAMED, names=parsed, any_service=True)
+    return to_target(parsed)
 
 
 def _error_response(service: str, uuid: str, status: int, reason: str) -> Response:
@@ -147,6 +158,12 @@ class NfpJobs:
             counts[job.client] = counts.get(job.client, 0) + 1
         return counts
 
+    def _nfp_workers(self) -> list[tuple[str, str]]:
+        """(name, service) of every registered NFP worker, in registration order."""
+        gateway = self._edge.gateway
+        workers = gateway.router.workers() if gateway is not None else []
+        return [(w.name, w.services[0].name) for w in workers if w.peer.protocol == "nfp" and w.services]
+
     # ------------------------------------------------------------ client input
 
     def post(self, peer: Peer, dialect: str, msg: Post) -> list[Command]:
@@ -154,8 +171,9 @@ class NfpJobs:
         if self._edge.services.owns(service):
             self._edge.services.post(peer, dialect, msg)
             return []
+        text = msg.target or ""
         try:
-            target = to_target(parse_target(msg.target or ""))
+            parsed = parse_target(text)
         except DecodeError as exc:
             self._error(peer.address, dialect, service, uuid, Status.UNKNOWN, exc.reason)
             return []
@@ -166,7 +184,17 @@ class NfpJobs:
             else:
                 self._error(peer.address, dialect, service, uuid, Status.UNKNOWN, "job uuid already in use")
             return []
-        job = _Job(uuid=uuid, client=peer.address, dialect=dialect, service=service, target=msg.target or "")
+        if service == PSEUDO_SERVICE:
+            # NorFab's workers of every service, picked now as NorFab's broker picks them;
+            # the job (and its record, for a restart) names them.
+            parsed = pseudo_targets(parsed, self._nfp_workers())
+            if not parsed:
+                reason = f"no worker of any service matches target {text[:80]!r}"
+                self._error(peer.address, dialect, service, uuid, Status.UNKNOWN, reason)
+                return []
+            text = format_target(parsed, "norfab")
+        target = job_target(service, parsed)
+        job = _Job(uuid=uuid, client=peer.address, dialect=dialect, service=service, target=text)
         self._by_uuid[uuid] = job
         return [
             Request(
@@ -439,8 +467,8 @@ class NfpJobs:
             )
             job.recovered = True
             try:
-                target = to_target(parse_target(rec.target))
-            except DecodeError:
+                target = job_target(rec.service, parse_target(rec.target))
+            except (DecodeError, ValueError):
                 target = Target()
             self._by_uuid[rec.uuid] = job
             commands.append(

@@ -344,6 +344,23 @@ def test_named_several_names_one_reply_each_and_worker_must_offer_service() -> N
     assert d.reply.status == 408 and d.final
 
 
+def test_named_any_service_reaches_the_named_workers_whatever_they_offer() -> None:
+    # NorFab's pseudo-service "all": the NFP edge resolves it to named workers of any service.
+    r = Router(CFG)
+    reg(r, W1, 0, name="w1")
+    reg(r, W2, 0, svc("rev"), name="w2")
+    target = Target(kind=TargetKind.NAMED, names=("w1", "w2"), any_service=True)
+    rid, out = submit(r, req("all", target=target))
+    assert dispatched(out) == [(W1, rid), (W2, rid)]
+    assert of(out, Accepted)[0].workers == (W1, W2)
+    assert not of(answer(r, W1, rid), Deliver)[0].final
+    assert of(answer(r, W2, rid), Deliver)[0].final
+    # A named worker that is gone is waited for under its name, whatever it will offer.
+    rid, out = submit(r, req("all", target=Target(kind=TargetKind.NAMED, names=("w3",), any_service=True)))
+    assert not of(out, Dispatch)
+    assert dispatched(reg(r, W3, 5, svc("other"), name="w3")) == [(W3, rid)]
+
+
 def test_named_worker_lost_waits_for_it_to_come_back() -> None:
     r = Router(CFG)
     reg(r, W1, 0, name="w1")

@@ -300,6 +300,26 @@ def test_mmi_show_workers_lists_connected_workers(peers: Peers) -> None:
     assert {w.get("service") for w in listed} == {"echo"}, logs
 
 
+@pytest.mark.interop
+@pytest.mark.timeout(60)
+def test_pseudo_service_all_asks_the_workers_of_every_service(peers: Peers) -> None:
+    """What nfcli's ``show norfab workers`` and nfweb's monitoring send: NorFab's
+    pseudo-service ``all`` with task ``get_stats``, to every worker, any service."""
+    peers.start_worker("w1", service="echo")
+    peers.start_worker("w2", service="other")
+    for client, target in (("c-pseudo-all", "all"), ("c-pseudo-any", "any"), ("c-pseudo-list", ["w2"])):
+        answer = peers.run_client(
+            client, service="all", task="get_stats", workers=target, timeout=15, wait_workers=["w1", "w2"]
+        )
+        job = answer.get("job")
+        logs = f"target {target!r}, client answer: {answer!r}\n{peers.logs()}"
+        expected = {"w2"} if isinstance(target, list) else {"w1", "w2"}  # any: one per service
+        assert isinstance(job, dict) and set(job) == expected, logs
+        for worker in expected:
+            entry = _entry(job, worker, logs)
+            assert entry.get("failed") is False and "process" in entry.get("result", {}), logs
+
+
 # ------------------------------------------------------------------------------ CURVE
 
 
