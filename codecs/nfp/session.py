@@ -98,7 +98,13 @@ _ENCODER: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def _dumps(value: Any) -> bytes:
-    return _ENCODER.encode(value).encode()
+    text = _ENCODER.encode(value)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        # A name carried as surrogate-escaped bytes (a DCP service name may be any bytes)
+        # is not UTF-8: its odd bytes become "?" rather than the whole answer failing.
+        return text.encode("utf-8", "replace")
 
 
 def accepted_body(uuid: str, service: str, target: str, workers: Iterable[str]) -> bytes:

@@ -256,6 +256,16 @@ class Edge(abc.ABC):
             total += Traffic(w.received, w.sent, w.receive_failures, w.send_failures)
         return total
 
+    def internal_error(self, address: bytes) -> None:
+        """A bug met while handling one message from ``address`` (call it from an
+        ``except`` block): logged with its traceback and counted with the gateway's own
+        (tests assert the count stays 0). The edge goes on with the next message, so
+        the bug costs that one message, not the others read with it."""
+        self.counters["internal_errors"] += 1
+        if self._gateway is not None:
+            self._gateway.internal_errors += 1
+        log.exception("%s: internal error on a message from %s", self.name, peer_label(address))
+
     def bad_input(self, peer: Peer, what: str, reason: str) -> None:
         """Count and log one piece of bad network input."""
         self.counters[what] += 1

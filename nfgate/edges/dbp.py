@@ -189,12 +189,18 @@ class DbpEdge(RouterEdge):
     def receive(self, now_ms: int, budget: int) -> list[Command]:
         out: list[Command] = []
         for address, message, dialect in self.decoded(budget):
-            self._remember(address, dialect)
-            self._on_message(address, message, dialect, now_ms, out)
+            try:
+                self._remember(address, dialect)
+                self._on_message(address, message, dialect, now_ms, out)
+            except Exception:
+                self.internal_error(address)
         if self.udp is not None:
             batch = self.udp.recv_batch(budget)
             for data, sender in batch:
-                self._on_datagram(data, sender, now_ms, out)
+                try:
+                    self._on_datagram(data, sender, now_ms, out)
+                except Exception:
+                    self.internal_error(f"{sender[0]}:{sender[1]}".encode())
             if len(batch) == budget:
                 self.drained = False  # more datagrams may be waiting
         return out

@@ -116,4 +116,6 @@ def answer(query: str, entries: Iterable[CatalogEntry], cache: ServiceCache, dia
                 body = {"name": query, "status": "unknown"}
         else:
             body = _entry(query, found, cached)
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    # "replace": a DCP service name may be any bytes (carried surrogate-escaped); the
+    # bytes that are not UTF-8 become "?" rather than the whole answer failing.
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace")

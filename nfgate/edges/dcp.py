@@ -92,8 +92,11 @@ class DcpEdge(RouterEdge):
     def receive(self, now_ms: int, budget: int) -> list[Command]:
         commands: list[Command] = []
         for address, message, dialect in self.decoded(budget):
-            self._remember(address, dialect)
-            self._on_message(address, message, dialect, commands)
+            try:
+                self._remember(address, dialect)
+                self._on_message(address, message, dialect, commands)
+            except Exception:
+                self.internal_error(address)
         return commands
 
     def _remember(self, address: bytes, dialect: str) -> None:
@@ -111,6 +114,11 @@ class DcpEdge(RouterEdge):
         _, action = step(state, message.TYPE)
         peer = self.peer(address)
         match action, message:
+            case Action.REQUEST | Action.REGISTER, DcpRequest() | Registration() if not message.service:
+                # The spec allows a service name of no bytes; the core names every service,
+                # and DCP has no error reply: counted and dropped (a REGISTRATION is not
+                # confirmed, so its worker knows it is not registered).
+                self.bad_input(peer, "empty_service", message.TYPE)
             case Action.REQUEST, DcpRequest():
                 out.append(self._request(address, worker, message))
             case Action.REPLY, DcpReply() if worker is not None:

@@ -174,7 +174,10 @@ class MemodbEdge(Edge):
                 self.bad_input(self._client(pipe, key), "undecodable", exc.reason)
                 self.transport.drop(key)
                 continue
-            self._on_message(key, pipe, message, now_ms, out)
+            try:
+                self._on_message(key, pipe, message, now_ms, out)
+            except Exception:
+                self.internal_error(b"%d" % pipe)
         if self._taken >= _BURST:
             # A burst: NNG's threads take the rest of it (transports/nng.py, "Posted receives").
             self.transport.post(_POST_MAX)

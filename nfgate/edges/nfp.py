@@ -137,7 +137,10 @@ class NfpEdge(RouterEdge):
     def receive(self, now_ms: int, budget: int) -> list[Command]:
         commands: list[Command] = []
         for address, message, dialect in self.decoded(budget):
-            self._on_message(address, message, dialect, now_ms, commands)
+            try:
+                self._on_message(address, message, dialect, now_ms, commands)
+            except Exception:
+                self.internal_error(address)
         # Read on even when the socket was empty a moment ago: what arrived meanwhile
         # shares this iteration's COMMIT (and fsync) instead of paying its own.
         self.drained = False
@@ -183,6 +186,12 @@ class NfpEdge(RouterEdge):
                 self.services.mmi(peer, dialect, message)
             case Action.OPEN, Open():
                 self._send_message(address, Open(header=BROKER), dialect)
+            case Action.REGISTER, Ready() if not message.service:
+                # A READY names the service it offers: one that names none is refused as
+                # the spec refuses an unexpected command (DISCONNECT), not registered.
+                self.bad_input(peer, "empty_service", "READY without a service name")
+                self._disconnect(address, p, "READY without a service name")
+                self._forget_worker(address, p)
             case Action.REGISTER, Ready():
                 p.service = message.service
                 p.beats_sent = p.beats_heard = 0

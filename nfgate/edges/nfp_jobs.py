@@ -171,6 +171,10 @@ class NfpJobs:
         if self._edge.services.owns(service):
             self._edge.services.post(peer, dialect, msg)
             return []
+        if not service:
+            self.count("empty_service")
+            self._error(peer.address, dialect, service, uuid, Status.UNKNOWN, "the service name is empty")
+            return []
         text = msg.target or ""
         try:
             parsed = parse_target(text)

@@ -149,7 +149,10 @@ class SadaChannelEdge(RouterEdge):
     def receive(self, now_ms: int, budget: int) -> list[Command]:
         commands: list[Command] = []
         for address, message, _ in self.decoded(budget):
-            self._on_message(address, message, now_ms, commands)
+            try:
+                self._on_message(address, message, now_ms, commands)
+            except Exception:
+                self.internal_error(address)
         return commands
 
     def undecodable(self, address: bytes, frames: list[bytes]) -> None:

@@ -178,8 +178,11 @@ class SadaServerEdge(Edge, Decoding):
             if channel is None:  # pragma: no cover - every pipe is one we named
                 self.bad_input(self.peer(address), "unknown_channel", "a message from no configured channel")
                 continue
-            self._settle(channel, message)
-            self._on_message(channel, message, commands)
+            try:
+                self._settle(channel, message)
+                self._on_message(channel, message, commands)
+            except Exception:
+                self.internal_error(address)
         return commands
 
     @staticmethod

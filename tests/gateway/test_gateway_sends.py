@@ -92,3 +92,25 @@ def test_an_edge_whose_socket_ran_dry_is_not_read_again_in_the_same_iteration(
     # second chunk would only meet the empty socket again (an exception in pyzmq).
     assert reads == [True, True, False]
     assert any(kind == "send" and peer == b"w1" for kind, peer, _ in memory.events)
+
+
+def test_a_bug_on_one_message_costs_only_that_message(
+    loop: tuple[Gateway, Recorded], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Messages are read SEND_EVERY at a time; a handler that raises on one of them must
+    # not take the commands of the others read with it (Edge.internal_error).
+    gateway, memory = loop
+    edge = gateway.edges["dcp"]
+    real = DcpEdge._request
+
+    def buggy(self: DcpEdge, address: bytes, worker: object, msg: Request) -> object:
+        if msg.metadata == (b"boom",):
+            raise RuntimeError("a bug")
+        return real(self, address, worker, msg)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DcpEdge, "_request", buggy)
+    iterate(gateway, memory, (b"w1", Registration(service=b"echo")), (b"w2", Registration(service=b"echo")))
+    iterate(gateway, memory, (b"c1", request(b"r1")), (b"c2", request(b"boom")), (b"c3", request(b"r3")))
+    dispatched = [m.metadata for kind, _, m in memory.events if kind == "send" and isinstance(m, Request)]
+    assert sorted(dispatched) == [(b"r1",), (b"r3",)]  # type: ignore[type-var]
+    assert gateway.internal_errors == 1 and edge.counters["internal_errors"] == 1
