@@ -24,10 +24,12 @@ from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.memodb.messages import Job, Result
 from nfgate.codecs.nfp.messages import CLIENT, Post, Response
+from nfgate.codecs.sada.messages import Rep, Req
 from nfgate.transports.nng import connect_req
 from tests.vectors import frames, load
 
 from .conftest import Running, finish, recv, start_gateway, until
+from .test_sada_edges import Channel, dcp_worker
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -148,3 +150,44 @@ def _still_serves(gw: Running, nng_socks: list[pynng.Req0]) -> None:
         dcp.encode(DcpReply(client=request.client, metadata=request.metadata, data=(b"a2",)))
     )
     assert memodb.decode([mdb.recv()], "spec") == Result(payload=b"a2")
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_hostile_sada_channel_raises_nothing_in_the_server_edge(tmp_path: Path, seed: int) -> None:
+    # The sada-server edge connects out to channels: here one that sends it anything.
+    rng = random.Random(seed)
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    channel = Channel(context, "spec")
+    gw = start_gateway(tmp_path, f'[edges.sada-server]\nchannels = ["{channel.url}"]\nrefresh_ms = 50\n')
+    try:
+        worker = dcp_worker(gw, b"upper")
+        channel.intr_with("upper")
+        edge = gw.gateway.edges["sada-server"]
+        before = edge.traffic().received
+        for sent in range(1, MESSAGES + 1):
+            channel.sock.send_multipart([channel.server, *_message(rng, "sada")])
+            _drain([channel.sock])
+            if sent % 200 == 0:
+                # A ROUTER drops what exceeds its high-water mark: keep the backlog short.
+                until(lambda n=sent: edge.traffic().received - before >= n - 200, timeout=20)
+        until(lambda: edge.traffic().received - before >= MESSAGES, timeout=20)
+        assert gw.gateway.internal_errors == 0, f"seed {seed}: a handler raised (see the log)"
+        channel.send(Req(request_id="after-fuzz", service="upper", category="c", action="a", payload=b"q"))
+        for _ in range(100):  # bounded: past any REQ from the fuzz that reached the worker
+            request = dcp.decode(recv(worker))
+            assert isinstance(request, DcpRequest)
+            reply = DcpReply(client=request.client, metadata=request.metadata, data=(b"A",))
+            worker.send_multipart(dcp.encode(reply))
+            if request.data == (b"q",):
+                break
+        for _ in range(1000):  # bounded: past the fuzz's answers and INTRs
+            answer = channel.get()
+            if isinstance(answer, Rep) and answer.request_id == "after-fuzz":
+                assert answer.status == 200 and answer.payload == b"A"
+                break
+        else:
+            pytest.fail("no REP for the request sent after the fuzz")
+    finally:
+        finish(gw)
+        channel.sock.close(0)
+        context.term()
