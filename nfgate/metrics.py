@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -55,48 +55,46 @@ def render(snapshot: Snapshot, protocols: Mapping[str, str], uptime_s: float) ->
             lines += [f"# TYPE {metric} gauge", f"{metric} {value}"]
         else:
             lines += [f"# TYPE {metric}_total counter", f"{metric}_total {value}"]
-    lines.append(
-        "# HELP nfgate_edge_events_total Events counted by each edge (bad input, unroutable sends, ...)."
-    )
-    lines.append("# TYPE nfgate_edge_events_total counter")
-    for section in sorted(snapshot):
-        if not section.startswith("edge:"):
-            continue
-        edge = section.removeprefix("edge:")
-        protocol = protocols.get(edge, "")
-        for event, value in sorted(snapshot[section].items()):
-            labels = f'edge="{_label(edge)}",protocol="{_label(protocol)}",event="{_label(event)}"'
-            lines.append(f"nfgate_edge_events_total{{{labels}}} {value}")
-    lines += _traffic(snapshot, protocols)
+    lines += [
+        "# HELP nfgate_edge_events_total Events counted by each edge (bad input, unroutable sends, ...).",
+        "# TYPE nfgate_edge_events_total counter",
+    ]
+    for labels, event, value in _per_edge(snapshot, "edge:", protocols):
+        lines.append(f'nfgate_edge_events_total{{{labels},event="{_label(event)}"}} {value}')
+    # One family after the other: the text format wants each family's samples together.
+    for metric, help_text, keys in _TRAFFIC:
+        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]
+        for labels, key, value in _per_edge(snapshot, "traffic:", protocols):
+            if key in keys:
+                lines.append(f'{metric}{{{labels},direction="{keys[key]}"}} {value}')
     return "\n".join(lines) + "\n"
 
 
-# traffic:<edge> snapshot keys -> (metric, direction)
-_TRAFFIC = {
-    "received": ("nfgate_edge_messages_total", "in"),
-    "sent": ("nfgate_edge_messages_total", "out"),
-    "receive_failures": ("nfgate_edge_message_failures_total", "in"),
-    "send_failures": ("nfgate_edge_message_failures_total", "out"),
-}
+# The traffic:<edge> snapshot keys: (metric, help, {key: direction}).
+_TRAFFIC = (
+    (
+        "nfgate_edge_messages_total",
+        "Messages each edge read (in) and sent (out).",
+        {"received": "in", "sent": "out"},
+    ),
+    (
+        "nfgate_edge_message_failures_total",
+        "Messages read and refused (in), or not sent (out).",
+        {"receive_failures": "in", "send_failures": "out"},
+    ),
+)
 
 
-def _traffic(snapshot: Snapshot, protocols: Mapping[str, str]) -> list[str]:
-    lines = [
-        "# HELP nfgate_edge_messages_total Messages each edge read (in) and sent (out).",
-        "# TYPE nfgate_edge_messages_total counter",
-        "# HELP nfgate_edge_message_failures_total Messages read and refused (in), or not sent (out).",
-        "# TYPE nfgate_edge_message_failures_total counter",
-    ]
+def _per_edge(
+    snapshot: Snapshot, prefix: str, protocols: Mapping[str, str]
+) -> Iterator[tuple[str, str, int]]:
+    """(edge and protocol labels, key, value) of every ``<prefix><edge>`` section, sorted."""
     for section in sorted(snapshot):
-        if not section.startswith("traffic:"):
-            continue
-        edge = section.removeprefix("traffic:")
-        protocol = protocols.get(edge, "")
-        for key, value in sorted(snapshot[section].items()):
-            metric, direction = _TRAFFIC[key]
-            labels = f'edge="{_label(edge)}",protocol="{_label(protocol)}",direction="{direction}"'
-            lines.append(f"{metric}{{{labels}}} {value}")
-    return lines
+        if section.startswith(prefix):
+            edge = section.removeprefix(prefix)
+            labels = f'edge="{_label(edge)}",protocol="{_label(protocols.get(edge, ""))}"'
+            for key, value in sorted(snapshot[section].items()):
+                yield labels, key, value
 
 
 def parse_url(url: str) -> tuple[str, int]:

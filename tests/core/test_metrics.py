@@ -61,3 +61,16 @@ def test_metrics_config_keys(tmp_path: object) -> None:
     path.write_text("[metrics]\nport = 1\n")
     with pytest.raises(ConfigError, match=r"metrics\.port"):
         load(path)
+
+
+def test_traffic_families_each_come_as_one_group() -> None:
+    # The text format: every sample of a metric family right after its TYPE line.
+    traffic = {"received": 5, "sent": 4, "receive_failures": 1, "send_failures": 0}
+    page = render({"traffic:nfp": traffic, "traffic:dcp": traffic}, {"nfp": "nfp", "dcp": "dcp"}, 1.0)
+    lines = page.splitlines()
+    for family in ("nfgate_edge_messages_total", "nfgate_edge_message_failures_total"):
+        at = lines.index(f"# TYPE {family} counter")
+        samples = [i for i, line in enumerate(lines) if line.startswith(family + "{")]
+        assert samples == list(range(at + 1, at + 5)), family
+    assert 'nfgate_edge_messages_total{edge="dcp",protocol="dcp",direction="in"} 5' in lines
+    assert 'nfgate_edge_message_failures_total{edge="nfp",protocol="nfp",direction="in"} 1' in lines
