@@ -1,0 +1,64 @@
+"""docs/broker.md's NorFab worker and client, run as a newcomer would copy them.
+
+The two Python blocks of "Connecting NorFab (0.25) clients and workers" run unchanged
+but for the broker endpoint (the test's gateway, on a random port, not 5555) and the
+base directories (the test's temporary folder).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import Broker, launch, stop_process
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "broker.md"
+SECTION = "## Connecting NorFab (0.25) clients and workers"
+
+
+def _snippets() -> tuple[str, str]:
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index(SECTION) :]
+    section = section[: section.index("\n## ", len(SECTION))]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, f"expected the worker and the client block in {DOC.name}, found {len(blocks)}"
+    return blocks[0], blocks[1]
+
+
+def _adapted(code: str, endpoint: str, root: Path) -> str:
+    assert "tcp://127.0.0.1:5555" in code and "/tmp/norfab-" in code, "the snippet changed: adapt this test"
+    return code.replace("tcp://127.0.0.1:5555", endpoint).replace("/tmp/norfab-", f"{root}/norfab-")
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(90)
+def test_the_documented_norfab_worker_and_client_work(broker: Broker, interop_dir: Path) -> None:
+    if broker.kind != "nfgate":
+        pytest.skip("the page documents nfgate")
+    worker_code, client_code = _snippets()
+    (interop_dir / "worker.py").write_text(_adapted(worker_code, broker.nfp, interop_dir))
+    (interop_dir / "client.py").write_text(_adapted(client_code, broker.nfp, interop_dir))
+    logs = interop_dir / "logs"
+    worker = launch([sys.executable, "worker.py"], interop_dir, "doc-worker")
+    try:
+        # The client's job would wait in the gateway's queue for the worker anyway; waiting
+        # here keeps a slow start from eating the snippet's 10 s job timeout.
+        for _ in range(300):  # bounded: 30 s
+            started = "".join(p.read_text(errors="replace") for p in logs.glob("doc-worker.*"))
+            if "registered to broker" in started or worker.poll() is not None:
+                break
+            time.sleep(0.1)
+        client = launch([sys.executable, "client.py"], interop_dir, "doc-client")
+        client.wait(timeout=60)
+    finally:
+        stop_process(worker)
+    out = (logs / "doc-client.out").read_text(errors="replace")
+    report = f"client stdout:\n{out}\nclient stderr:\n{(logs / 'doc-client.err').read_text(errors='replace')[-3000:]}"
+    assert client.returncode == 0, report
+    # What the page says run_job prints, then show_workers with the worker in it.
+    assert "{'echo-1': {'result': {'hello': 'world'}, 'failed': False" in out, report
+    assert "'name': 'echo-1', 'service': 'echo', 'status': 'alive'" in out, report
