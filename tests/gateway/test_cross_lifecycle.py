@@ -11,29 +11,24 @@ none), and one REPLY exactly when some worker answered it.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
-
 import pytest
-import zmq
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import rule
 
 from nfgate.codecs import dcp, nfp
 from nfgate.codecs.dcp.messages import Ping, Registration
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Keepalive, Open, Post, Ready, Response
-from nfgate.edges import EdgeSettings, RouterEdge
+from nfgate.edges import RouterEdge
 from nfgate.edges.dcp import DcpEdge
 from nfgate.edges.nfp import NfpEdge
 from nfgate.gateway import Gateway
 from nfgate.routing import Router, RouterConfig
-from nfgate.store import JobStore
 from tests.conftest import scaled
 
+from .lives import HEARTBEAT, Lives
 from .recording import Recorded
 
 pytestmark = pytest.mark.timeout(300)
@@ -43,38 +38,25 @@ CLIENTS = {b"c1": "nfp", b"k1": "dcp", b"k2": "dcp"}
 WORKERS = {b"w1": "nfp", b"w2": "nfp", b"d1": "dcp", b"d2": "dcp"}
 
 
-class CrossLives(RuleBasedStateMachine):
+class CrossLives(Lives):
+    ROSTER = WORKERS
+
     def __init__(self) -> None:
         super().__init__()
-        self.dir = Path(tempfile.mkdtemp(prefix="nfgate-cross-"))
-        self.now = 0
-        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self.store = JobStore(self.dir / "jobs.sqlite3", fsync=False)
-        heartbeat = {"heartbeat": (100, 3)}
-        nfp_edge = NfpEdge(self._settings("nfp", heartbeat), store=self.store)
-        dcp_edge = DcpEdge(self._settings("dcp", heartbeat))
+        nfp_edge = NfpEdge(self.settings("nfp"), store=self.store)
+        dcp_edge = DcpEdge(self.settings("dcp"))
         self.edges: dict[str, RouterEdge] = {"nfp": nfp_edge, "dcp": dcp_edge}
         self.memory = {name: Recorded(edge, lambda frames: None, []) for name, edge in self.edges.items()}
         config = RouterConfig(
-            queue_expiry_ms=2_000, max_redispatch=1, liveness={"nfp": (100, 3), "dcp": (100, 3)}
+            queue_expiry_ms=2_000, max_redispatch=1, liveness={"nfp": HEARTBEAT, "dcp": HEARTBEAT}
         )
         self.gateway = Gateway(Router(config), [nfp_edge, dcp_edge], clock=lambda: self.now)
         for edge in self.edges.values():
             edge.attach(self.gateway)
-        self.workers = dict(WORKERS)
         self.serial = 0
         self.posted: dict[bytes, bytes] = {}  # request key -> client
         self.accepted: set[bytes] = set()  # NFP jobs answered 202
         self.answered: set[bytes] = set()  # keys some worker answered
-        self.finals: dict[bytes, list[tuple[int, bytes]]] = {}
-        self.registered: set[bytes] = set()
-        self.silent: set[bytes] = set()
-        self.held: dict[bytes, dict[bytes, tuple[bytes, DcpRequest | None]]] = {w: {} for w in WORKERS}
-
-    def _settings(self, name: str, options: dict[str, object]) -> EdgeSettings:
-        return EdgeSettings(
-            name=name, protocol=name, url="tcp://127.0.0.1:0", context=self.context, options=options
-        )
 
     # ------------------------------------------------------------------ plumbing
 
@@ -145,7 +127,9 @@ class CrossLives(RuleBasedStateMachine):
             self.reply(worker, data.draw(st.sampled_from(sorted(self.held[worker]))))
 
     def reply(self, worker: bytes, key: bytes) -> None:
-        body, request = self.held[worker].pop(key)
+        held = self.held[worker].pop(key)
+        assert isinstance(held, tuple)
+        body, request = held
         self.answered.add(body)
         if request is None:  # an NFP job: the key is its uuid
             message: object = Response(
@@ -154,14 +138,6 @@ class CrossLives(RuleBasedStateMachine):
         else:
             message = DcpReply(client=request.client, metadata=request.metadata, data=(body,))
         self.iterate((worker, message))
-
-    @precondition(lambda self: len(self.silent) < len(WORKERS) - 1)
-    @rule(worker=st.sampled_from(sorted(WORKERS)))
-    def vanish(self, worker: bytes) -> None:
-        if worker in self.registered:
-            self.registered.discard(worker)
-            self.silent.add(worker)
-            self.held[worker].clear()
 
     @rule(ms=st.sampled_from((10, 120, 400, 2500)))
     def time_passes(self, ms: int) -> None:
@@ -172,31 +148,15 @@ class CrossLives(RuleBasedStateMachine):
         ]
         self.iterate(*beats)
 
-    @invariant()
-    def one_answer_each(self) -> None:
-        for key, answers in self.finals.items():
-            assert len(answers) == 1, f"{key!r} got {answers}"
-
     # ------------------------------------------------------------------ the end
-
-    def teardown(self) -> None:
-        try:
-            self.settle()
-        finally:
-            self.gateway.close()
-            self.store.close()
-            self.context.term()
-            shutil.rmtree(self.dir, ignore_errors=True)
 
     def settle(self) -> None:
         for fresh, edge in ((b"w9", "nfp"), (b"d9", "dcp")):
             self.workers[fresh], self.held[fresh] = edge, {}
             self.register(fresh)
-        for _ in range(60):  # bounded: each round answers all held, then 500 ms pass
-            for worker in sorted(self.registered):
-                for key in sorted(self.held[worker]):
-                    self.reply(worker, key)
-            self.time_passes(500)
+        super().settle()
+
+    def check(self) -> None:
         for key, client in self.posted.items():
             answers = self.finals.get(key, [])
             if CLIENTS[client] == "nfp":

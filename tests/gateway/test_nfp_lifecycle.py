@@ -2,70 +2,53 @@
 answered 202 ends with exactly one final answer to its client, whatever its workers do.
 
 Driven in process, one loop iteration at a time, on a memory transport and a clock the
-test moves (no sockets, no sleeping). Clients and workers speak both dialects (spec and
-NorFab 0.25); workers register, answer, leave with DISCONNECT, or go silent and are
-expired; time passes. At the end the survivors answer what they hold, a fresh worker
-comes, time runs past every expiry, and each client's answers are counted.
+test moves (no sockets, no sleeping; the frame is in lives.py). Clients and workers
+speak both dialects (spec and NorFab 0.25); workers register, answer, leave with
+DISCONNECT, or go silent and are expired; time passes. At the end the survivors answer
+what they hold, a fresh worker comes, time runs past every expiry, and each client's
+answers are counted.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
-import zmq
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import rule
 
 from nfgate.codecs import nfp
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Disconnect, Keepalive, Open, Post, Ready, Response
-from nfgate.edges import EdgeSettings
 from nfgate.edges.nfp import NfpEdge
 from nfgate.gateway import Gateway
 from nfgate.routing import Router, RouterConfig
-from nfgate.store import JobStore
 from tests.conftest import scaled
 
+from .lives import HEARTBEAT, Lives
 from .recording import Recorded
 
 pytestmark = pytest.mark.timeout(300)
 
 CLIENTS = {b"c1": "spec", b"c2": "spec", b"n1": "norfab"}
 WORKERS = {b"w1": "spec", b"w2": "spec", b"v1": "norfab", b"v2": "norfab"}
-LIVENESS_MS = 300  # 100 ms x 3
-EXPIRY_MS = 2_000  # queue expiry
 INTERIM = (201, 202)  # NorFab's 201 and the 202: not the end of a job
 
 
-class JobLives(RuleBasedStateMachine):
+class JobLives(Lives):
+    ROSTER = WORKERS
+
     def __init__(self) -> None:
         super().__init__()
-        self.dir = Path(tempfile.mkdtemp(prefix="nfgate-lives-"))
-        self.now = 0
-        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self.store = JobStore(self.dir / "jobs.sqlite3", fsync=False)
-        options = {"heartbeat": (100, 3)}
-        settings_ = EdgeSettings(
-            name="nfp", protocol="nfp", url="tcp://127.0.0.1:0", context=self.context, options=options
-        )
-        self.edge = NfpEdge(settings_, store=self.store)
+        self.edge = NfpEdge(self.settings("nfp"), store=self.store)
         self.memory = Recorded(self.edge, lambda frames: None, [])
-        config = RouterConfig(queue_expiry_ms=EXPIRY_MS, max_redispatch=1, liveness={"nfp": (100, 3)})
+        config = RouterConfig(queue_expiry_ms=2_000, max_redispatch=1, liveness={"nfp": HEARTBEAT})
         self.gateway = Gateway(Router(config), [self.edge], clock=lambda: self.now)
         self.edge.attach(self.gateway)
         self.serial = 0
-        self.posted: dict[str, bytes] = {}  # uuid -> client
-        self.accepted: set[str] = set()
-        self.finals: dict[str, list[tuple[int, bytes]]] = {}
-        self.registered: set[bytes] = set()
-        self.silent: set[bytes] = set()  # gone without a word: never heard again
+        self.posted: dict[bytes, bytes] = {}  # uuid -> client
+        self.accepted: set[bytes] = set()
         self.left: set[bytes] = set()  # said DISCONNECT and not registered since
-        self.workers = dict(WORKERS)  # with the fresh worker of settle()
-        self.held: dict[bytes, dict[str, bytes]] = {w: {} for w in WORKERS}  # worker -> uuid it saw -> body
 
     # ------------------------------------------------------------------ plumbing
 
@@ -83,16 +66,16 @@ class JobLives(RuleBasedStateMachine):
             message = nfp.decode(frames, CLIENTS[peer])
             if not isinstance(message, Response):
                 return
-            uuid = message.uuid
-            assert self.posted.get(uuid) == peer, f"{peer!r} got an answer for {uuid}, not its job"
+            uuid = message.uuid.encode()
+            assert self.posted.get(uuid) == peer, f"{peer!r} got an answer for {uuid!r}, not its job"
             if message.status == 202:
                 # A NorFab client whose job was queued hears a second 202 naming the
                 # worker that took it (it waits for the results of the workers named).
-                assert uuid not in self.accepted or CLIENTS[peer] == "norfab", f"{uuid} accepted twice"
+                assert uuid not in self.accepted or CLIENTS[peer] == "norfab", f"{uuid!r} accepted twice"
                 self.accepted.add(uuid)
             elif message.status not in INTERIM:
                 self.finals.setdefault(uuid, []).append((message.status, b"".join(message.body)))
-        elif peer in self.workers:
+        else:
             message = nfp.decode(frames, self.workers[peer])
             if isinstance(message, Post):
                 # A silent worker still gets jobs until its liveness runs out; one that
@@ -101,17 +84,19 @@ class JobLives(RuleBasedStateMachine):
                 assert peer in self.registered or peer in self.silent, (
                     f"a job sent to {peer!r}, never registered"
                 )
-                self.held[peer][message.uuid] = message.body[0]
+                self.held[peer][message.uuid.encode()] = message.body[0]
 
     # --------------------------------------------------------------------- rules
 
     @rule(client=st.sampled_from(sorted(CLIENTS)))
     def post(self, client: bytes) -> None:
         self.serial += 1
-        uuid = f"{self.serial:032x}"
+        uuid = b"%032x" % self.serial
         self.posted[uuid] = client
-        body = b'{"task":"echo","kwargs":{"job":"%s"},"args":[]}' % uuid.encode()
-        self.iterate((client, Post(header=CLIENT, service="echo", target="any", uuid=uuid, body=(body,))))
+        body = b'{"task":"echo","kwargs":{"job":"%s"},"args":[]}' % uuid
+        self.iterate(
+            (client, Post(header=CLIENT, service="echo", target="any", uuid=uuid.decode(), body=(body,)))
+        )
 
     @rule(worker=st.sampled_from(sorted(WORKERS)))
     def register(self, worker: bytes) -> None:
@@ -128,15 +113,16 @@ class JobLives(RuleBasedStateMachine):
         if worker in self.registered and self.held[worker]:
             self.reply(worker, data.draw(st.sampled_from(sorted(self.held[worker]))))
 
-    def reply(self, worker: bytes, uuid: str) -> None:
-        """``worker`` answers the job it knows as ``uuid`` with what the job asked."""
-        body = self.held[worker].pop(uuid)
+    def reply(self, worker: bytes, key: bytes) -> None:
+        """``worker`` answers the job it knows as ``key`` with what the job asked."""
+        body = self.held[worker].pop(key)
+        assert isinstance(body, bytes)
         if self.workers[worker] == "norfab":
             name = worker.decode()
             result = json.dumps({name: {"result": body.decode(), "failed": False}}).encode()
-            message = Response(header=WORKER, client=b"x", uuid=uuid, status=200, body=(result,))
+            message = Response(header=WORKER, client=b"x", uuid=key.decode(), status=200, body=(result,))
         else:
-            message = Response(header=WORKER, service="echo", uuid=uuid, status=200, body=(body,))
+            message = Response(header=WORKER, service="echo", uuid=key.decode(), status=200, body=(body,))
         self.iterate((worker, message))
 
     @rule(worker=st.sampled_from(sorted(WORKERS)))
@@ -149,60 +135,32 @@ class JobLives(RuleBasedStateMachine):
         body = None if self.workers[worker] == "norfab" else b"bye"
         self.iterate((worker, Disconnect(header=WORKER, service="echo", body=body)))
 
-    @precondition(lambda self: len(self.silent) < len(WORKERS) - 1)
-    @rule(worker=st.sampled_from(sorted(WORKERS)))
-    def vanish(self, worker: bytes) -> None:
-        if worker in self.registered:
-            self.registered.discard(worker)
-            self.silent.add(worker)
-            self.held[worker].clear()
-
     @rule(ms=st.sampled_from((10, 120, 400, 2500)))
     def time_passes(self, ms: int) -> None:
         # The living keep themselves alive, as real workers do between answers.
         self.now += ms
         self.iterate(*((w, Keepalive(header=WORKER, service="echo")) for w in sorted(self.registered)))
 
-    @invariant()
-    def one_final_each(self) -> None:
-        for uuid, answers in self.finals.items():
-            assert len(answers) == 1, f"{uuid} got {answers}"
-
     # ------------------------------------------------------------------ the end
 
-    def teardown(self) -> None:
-        try:
-            self.settle()
-        finally:
-            self.gateway.close()
-            self.store.close()
-            self.context.term()
-            shutil.rmtree(self.dir, ignore_errors=True)
-
     def settle(self) -> None:
-        """The survivors answer all they hold, a fresh worker helps, time runs out."""
         fresh = b"w9"
         self.workers[fresh], self.held[fresh] = "spec", {}
         self.register(fresh)
-        for _ in range(60):  # bounded: each round answers all held, then 500 ms pass
-            for worker in sorted(self.registered):
-                for uuid in sorted(self.held[worker]):
-                    self.reply(worker, uuid)
-            self.time_passes(500)
-        self.check()
+        super().settle()
 
     def check(self) -> None:
         for uuid in self.accepted:
             answers = self.finals.get(uuid, [])
-            assert len(answers) == 1, f"job {uuid} (202) ended with {answers}"
+            assert len(answers) == 1, f"job {uuid!r} (202) ended with {answers}"
             status, body = answers[0]
             # NorFab reports a failed job in a 200: {"<worker>": {"failed": true, ...}}.
             failed = CLIENTS[self.posted[uuid]] == "norfab" and b'"failed":true' in body
             if status == 200 and not failed:
-                assert uuid.encode() in body, f"job {uuid} got another job's result: {body!r}"
+                assert uuid in body, f"job {uuid!r} got another job's result: {body!r}"
         for uuid in set(self.finals) - self.accepted:
             [(status, _)] = self.finals[uuid]
-            assert 400 <= status < 600, f"{uuid}: a final {status} without a 202"
+            assert 400 <= status < 600, f"{uuid!r}: a final {status} without a 202"
 
 
 JobLives.TestCase.settings = settings(max_examples=scaled(300), stateful_step_count=50, deadline=None)
