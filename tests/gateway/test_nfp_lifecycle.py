@@ -4,7 +4,8 @@ answered 202 ends with exactly one final answer to its client, whatever its work
 Driven in process, one loop iteration at a time, on a memory transport and a clock the
 test moves (no sockets, no sleeping; the frame is in lives.py). Clients and workers
 speak both dialects (spec and NorFab 0.25); workers register, answer, leave with
-DISCONNECT, or go silent and are expired; time passes. At the end the survivors answer
+DISCONNECT, or go silent and are expired; time passes; the gateway is killed and
+started again on its job store. At the end the survivors answer
 what they hold, a fresh worker comes, time runs past every expiry, and each client's
 answers are counted.
 """
@@ -16,13 +17,14 @@ import json
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import rule
+from hypothesis.stateful import precondition, rule
 
 from nfgate.codecs import nfp
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Disconnect, Keepalive, Open, Post, Ready, Response
 from nfgate.edges.nfp import NfpEdge
 from nfgate.gateway import Gateway
 from nfgate.routing import Router, RouterConfig
+from nfgate.store import JobStore
 from tests.conftest import scaled
 
 from .lives import HEARTBEAT, Lives
@@ -40,15 +42,19 @@ class JobLives(Lives):
 
     def __init__(self) -> None:
         super().__init__()
+        self.boot()
+        self.restarts = 0
+        self.serial = 0
+        self.posted: dict[bytes, bytes] = {}  # uuid -> client
+        self.accepted: set[bytes] = set()
+        self.left: set[bytes] = set()  # said DISCONNECT and not registered since
+
+    def boot(self) -> None:
         self.edge = NfpEdge(self.settings("nfp"), store=self.store)
         self.memory = Recorded(self.edge, lambda frames: None, [])
         config = RouterConfig(queue_expiry_ms=2_000, max_redispatch=1, liveness={"nfp": HEARTBEAT})
         self.gateway = Gateway(Router(config), [self.edge], clock=lambda: self.now)
         self.edge.attach(self.gateway)
-        self.serial = 0
-        self.posted: dict[bytes, bytes] = {}  # uuid -> client
-        self.accepted: set[bytes] = set()
-        self.left: set[bytes] = set()  # said DISCONNECT and not registered since
 
     # ------------------------------------------------------------------ plumbing
 
@@ -134,6 +140,27 @@ class JobLives(Lives):
         self.held[worker].clear()
         body = None if self.workers[worker] == "norfab" else b"bye"
         self.iterate((worker, Disconnect(header=WORKER, service="echo", body=body)))
+
+    @precondition(lambda self: self.restarts < 2)
+    @rule()
+    def restart(self) -> None:
+        """``kill -9`` between two loop iterations, and a new gateway on the same job
+        store: what it answered 202 and had not finished is sent out again. Workers
+        register again (the new gateway knows none of them; a real one is told so by
+        the DISCONNECT its next KEEPALIVE gets) and forget the jobs they held."""
+        self.restarts += 1
+        self.store.rollback()  # nothing is open between iterations: kill -9 loses nothing more
+        self.gateway.close()
+        self.store.close()
+        self.store = JobStore(self.dir / "jobs.sqlite3", fsync=False)
+        self.boot()
+        self.registered.clear()
+        self.left.clear()
+        for held in self.held.values():
+            held.clear()
+        self.gateway.recover()
+        for peer, frames in self.memory.take():
+            self.seen(peer, frames)
 
     @rule(ms=st.sampled_from((10, 120, 400, 2500)))
     def time_passes(self, ms: int) -> None:
