@@ -61,6 +61,13 @@ class Lives(RuleBasedStateMachine):
     def check(self) -> None:
         raise NotImplementedError
 
+    @rule(data=st.data())
+    def answer(self, data: st.DataObject) -> None:
+        """A live worker answers one of the jobs it holds."""
+        worker = data.draw(st.sampled_from(sorted(self.ROSTER)))
+        if worker in self.registered and self.held[worker]:
+            self.reply(worker, data.draw(st.sampled_from(sorted(self.held[worker]))))
+
     @precondition(lambda self: len(self.silent) < len(self.ROSTER) - 1)
     @rule(data=st.data())
     def vanish(self, data: st.DataObject) -> None:

@@ -121,11 +121,6 @@ class CrossLives(Lives):
         else:
             self.iterate((worker, Registration(service=b"echo")))
 
-    @rule(worker=st.sampled_from(sorted(WORKERS)), data=st.data())
-    def answer(self, worker: bytes, data: st.DataObject) -> None:
-        if worker in self.registered and self.held[worker]:
-            self.reply(worker, data.draw(st.sampled_from(sorted(self.held[worker]))))
-
     def reply(self, worker: bytes, key: bytes) -> None:
         held = self.held[worker].pop(key)
         assert isinstance(held, tuple)

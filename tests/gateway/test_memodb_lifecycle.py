@@ -176,11 +176,6 @@ class MemodbLives(Lives):
         self.registered.add(worker)
         self.ask(worker, Ready(services=("echo",)))
 
-    @rule(worker=st.sampled_from(sorted(WORKERS)))
-    def answer(self, worker: bytes) -> None:
-        if worker in self.registered and self.held[worker]:
-            self.reply(worker, b"job")
-
     def reply(self, worker: bytes, key: bytes) -> None:
         payload = self.held[worker].pop(key)
         assert isinstance(payload, bytes)

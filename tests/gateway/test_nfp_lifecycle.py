@@ -114,11 +114,6 @@ class JobLives(Lives):
             self.iterate((worker, Open(header=WORKER)))
         self.iterate((worker, Ready(header=WORKER, service="echo")))
 
-    @rule(worker=st.sampled_from(sorted(WORKERS)), data=st.data())
-    def answer(self, worker: bytes, data: st.DataObject) -> None:
-        if worker in self.registered and self.held[worker]:
-            self.reply(worker, data.draw(st.sampled_from(sorted(self.held[worker]))))
-
     def reply(self, worker: bytes, key: bytes) -> None:
         """``worker`` answers the job it knows as ``key`` with what the job asked."""
         body = self.held[worker].pop(key)

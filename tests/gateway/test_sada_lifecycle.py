@@ -78,11 +78,6 @@ class SadaLives(Lives):
             self.registered.add(server)
             self.iterate((server, Intr(services=(("echo", ""),))))
 
-    @rule(server=st.sampled_from(sorted(SERVERS)), data=st.data())
-    def answer(self, server: bytes, data: st.DataObject) -> None:
-        if server in self.registered and self.held[server]:
-            self.reply(server, data.draw(st.sampled_from(sorted(self.held[server]))))
-
     def reply(self, server: bytes, key: bytes) -> None:
         payload = self.held[server].pop(key)
         assert isinstance(payload, bytes)
