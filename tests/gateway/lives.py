@@ -52,6 +52,9 @@ class Lives(RuleBasedStateMachine):
             options={"heartbeat": HEARTBEAT},
         )
 
+    def register(self, worker: bytes) -> None:
+        raise NotImplementedError
+
     def reply(self, worker: bytes, key: bytes) -> None:
         raise NotImplementedError
 
@@ -81,6 +84,11 @@ class Lives(RuleBasedStateMachine):
     def one_final_each(self) -> None:
         for key, answers in self.finals.items():
             assert len(answers) == 1, f"{key!r} got {answers}"
+
+    def enlist(self, worker: bytes, kind: str) -> None:
+        """A fresh worker for the end (``kind``: its dialect or edge), registered."""
+        self.workers[worker], self.held[worker] = kind, {}
+        self.register(worker)
 
     def settle(self) -> None:
         """Every worker left answers all it holds, time passes, until all is over."""

@@ -146,9 +146,8 @@ class CrossLives(Lives):
     # ------------------------------------------------------------------ the end
 
     def settle(self) -> None:
-        for fresh, edge in ((b"w9", "nfp"), (b"d9", "dcp")):
-            self.workers[fresh], self.held[fresh] = edge, {}
-            self.register(fresh)
+        self.enlist(b"w9", "nfp")
+        self.enlist(b"d9", "dcp")
         super().settle()
 
     def check(self) -> None:

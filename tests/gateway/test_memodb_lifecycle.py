@@ -208,9 +208,8 @@ class MemodbLives(Lives):
     # ------------------------------------------------------------------ the end
 
     def settle(self) -> None:
-        fresh = b"x9"
-        self.workers[fresh], self.held[fresh], self.pipe[fresh] = "spec", {}, 99
-        self.register(fresh)
+        self.pipe[b"x9"] = 99
+        self.enlist(b"x9", "spec")
         super().settle()
 
     def check(self) -> None:

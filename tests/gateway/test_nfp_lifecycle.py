@@ -166,9 +166,7 @@ class JobLives(Lives):
     # ------------------------------------------------------------------ the end
 
     def settle(self) -> None:
-        fresh = b"w9"
-        self.workers[fresh], self.held[fresh] = "spec", {}
-        self.register(fresh)
+        self.enlist(b"w9", "spec")
         super().settle()
 
     def check(self) -> None:

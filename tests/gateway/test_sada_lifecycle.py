@@ -92,9 +92,7 @@ class SadaLives(Lives):
     # ------------------------------------------------------------------ the end
 
     def settle(self) -> None:
-        fresh = b"s9"
-        self.workers[fresh], self.held[fresh] = "spec", {}
-        self.register(fresh)
+        self.enlist(b"s9", "spec")
         super().settle()
 
     def check(self) -> None:
