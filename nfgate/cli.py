@@ -160,6 +160,12 @@ def _edge_switches(command: Callable[..., None]) -> Callable[..., None]:
     help="Serve Prometheus metrics here (default http://127.0.0.1:9464).",
 )
 @click.option("--no-metrics", "no_metrics", is_flag=True, help="Do not serve metrics.")
+@click.option(
+    "--capture",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write every frame in and out here as Parquet segments (for `nfgate analyze`).",
+)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
 def serve(
     config: Path | None,
@@ -167,6 +173,7 @@ def serve(
     binds: tuple[str, ...],
     metrics: str | None,
     no_metrics: bool,
+    capture: Path | None,
     log_level: str | None,
     **switches: bool,
 ) -> None:
@@ -181,7 +188,7 @@ def serve(
         pairs.append((kind, url.replace(":0", ":*") if url.endswith(":0") else url))
     disabled = [kind for kind in KINDS if switches.get(_switch(kind))]
     try:
-        serving.serve(config, data_dir, pairs, disabled, log_level, metrics, no_metrics)
+        serving.serve(config, data_dir, pairs, disabled, log_level, metrics, no_metrics, capture)
     except NfgateError as exc:
         fail(str(exc))
 

@@ -36,6 +36,12 @@ The file (every table and key optional)::
     [metrics]                        # Prometheus text at <bind>/metrics
     enabled = true
     bind = "http://127.0.0.1:9464"
+
+    [capture]                        # every frame in and out, as Parquet (docs/pipeline.md)
+    dir = "captures"                 # no dir (the default): no capture; --capture DIR sets it
+    segment_s = 60                   # a segment is closed after this long,
+    segment_rows = 1000000           # or this many records
+    max_pending = 1000000            # records the writer may fall behind before they are dropped
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from typing import Any
 
 import attrs
 
+from nfgate.capture import CaptureConfig
 from nfgate.edges.kinds import KINDS, path_option
 from nfgate.errors import ConfigError
 from nfgate.metrics import parse_url as parse_metrics_url
@@ -93,6 +100,7 @@ class ServeConfig:
     limits: Limits
     edges: tuple[EdgeConfig, ...]
     metrics: str | None = DEFAULT_METRICS  # None: no metrics endpoint
+    capture: CaptureConfig | None = None  # None: no capture
 
     def edge(self, kind: str) -> EdgeConfig:
         return next(e for e in self.edges if e.kind == kind)
@@ -165,6 +173,7 @@ def load(
     log_level: str | None = None,
     metrics_bind: str | None = None,
     no_metrics: bool = False,
+    capture_dir: Path | None = None,
 ) -> ServeConfig:
     """Build the configuration: defaults, then the TOML file, then the command line.
 
@@ -182,7 +191,7 @@ def load(
             raise ConfigError(f"config: {path} is not valid TOML: {exc}") from None
         base = path.parent
     for key in doc:
-        if key not in ("gateway", "routing", "limits", "edges", "metrics"):
+        if key not in ("gateway", "routing", "limits", "edges", "metrics", "capture"):
             raise ConfigError(f"config: unknown key {key}")
     gateway = _table(doc, "gateway", {"data_dir", "log_level", "fsync", "job_retention_s"})
     fsync = gateway.get("fsync", True)
@@ -233,6 +242,9 @@ def load(
         high_water_mark=_int(limits, "high_water_mark", "limits", lim.high_water_mark, 1),
     )
     configured = path_option(gateway.get("data_dir"), "gateway.data_dir", base)
+    capture = _capture(
+        _table(doc, "capture", {"dir", "segment_s", "segment_rows", "max_pending"}), base, capture_dir
+    )
     return ServeConfig(
         data_dir=data_dir or configured or default_data_dir(),
         log_level=level,
@@ -242,4 +254,15 @@ def load(
         limits=limit,
         edges=tuple(kinds),
         metrics=metrics_url if metrics_on else None,
+        capture=capture,
     )
+
+
+def _capture(table: Mapping[str, Any], base: Path, given: Path | None) -> CaptureConfig | None:
+    directory = given or path_option(table.get("dir"), "capture.dir", base)
+    defaults = CaptureConfig(dir=Path())
+    sizes = {
+        key: _int(table, key, "capture", getattr(defaults, key), 1)
+        for key in ("segment_s", "segment_rows", "max_pending")
+    }
+    return CaptureConfig(dir=directory, **sizes) if directory is not None else None

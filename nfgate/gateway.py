@@ -108,6 +108,8 @@ class Gateway:
         # Counters as of the last publish, for other threads (metrics): swapped, never mutated.
         self.snapshot: dict[str, dict[str, int]] = {}
         self._published: int | None = None
+        # More sections for stats() (the capture's counters), read at each publish.
+        self.extra_stats: dict[str, Callable[[], dict[str, int]]] = {}
         self.iterations = 0
         self.misrouted = 0
         self.internal_errors = 0
@@ -298,6 +300,8 @@ class Gateway:
         for name, edge in self.edges.items():
             out[f"edge:{name}"] = edge.stats()
             out[f"traffic:{name}"] = attrs.asdict(edge.traffic())
+        for name, section in self.extra_stats.items():
+            out[name] = section()
         return out
 
     def traffic(self) -> Traffic:

@@ -67,6 +67,13 @@ def render(snapshot: Snapshot, protocols: Mapping[str, str], uptime_s: float) ->
         for labels, key, value in _per_edge(snapshot, "traffic:", protocols):
             if key in keys:
                 lines.append(f'{metric}{{{labels},direction="{keys[key]}"}} {value}')
+    # --capture: records taken, dropped, written; "pending" is the writer's backlog.
+    for key, value in sorted(snapshot.get("capture", {}).items()):
+        metric = f"nfgate_capture_{_name(key)}"
+        if key == "pending":
+            lines += [f"# TYPE {metric} gauge", f"{metric} {value}"]
+        else:
+            lines += [f"# TYPE {metric}_total counter", f"{metric}_total {value}"]
     return "\n".join(lines) + "\n"
 
 

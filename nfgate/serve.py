@@ -18,6 +18,7 @@ from types import FrameType
 
 import zmq
 
+from nfgate.capture import Capture
 from nfgate.config import ServeConfig, load
 from nfgate.edges import Edge, EdgeSettings
 from nfgate.edges.kinds import KINDS
@@ -88,6 +89,17 @@ def build(cfg: ServeConfig, context: zmq.Context[zmq.Socket[bytes]], wake_fd: in
     gateway.on_close(lambda: stop_authenticators(context))
     for edge in edges:
         edge.attach(gateway)
+    if cfg.capture is not None:
+        try:
+            capture = Capture(cfg.capture)
+        except NfgateError:
+            gateway.close()
+            raise
+        capture.attach(edges)
+        # Closed after the edges (the closers run after them): their last sends are in it.
+        gateway.on_close(capture.close)
+        gateway.extra_stats["capture"] = capture.stats
+        log.info("capturing to %s", cfg.capture.dir)
     return gateway
 
 
@@ -114,6 +126,7 @@ def serve(
     log_level: str | None,
     metrics: str | None = None,
     no_metrics: bool = False,
+    capture: Path | None = None,
 ) -> None:
     """Run the gateway until a signal; raises :class:`NfgateError` for start-up problems."""
     cfg = load(
@@ -124,6 +137,7 @@ def serve(
         log_level=log_level,
         metrics_bind=metrics,
         no_metrics=no_metrics,
+        capture_dir=capture,
     )
     logging.basicConfig(level=cfg.log_level.upper(), format="nfgate: %(message)s")
     _raise_fd_limit()

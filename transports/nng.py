@@ -63,6 +63,7 @@ import pynng
 from pynng import ffi, lib
 
 from nfgate.errors import TransportError
+from nfgate.transports.zmq import Tap
 
 __all__ = [
     "RepEndpoint",
@@ -123,6 +124,8 @@ class RepEndpoint:
     Raises :class:`TransportError` at construction when ``url`` cannot be bound.
     """
 
+    capture_kind = "nng"
+
     def __init__(
         self,
         url: str,
@@ -144,6 +147,8 @@ class RepEndpoint:
         self.orphaned = 0  # requests a posted receive took whose connection closed before recv()
         self.sent = 0  # replies handed to NNG
         self.send_failed = 0  # replies NNG could not deliver (timeout, socket closed)
+        self.tap: Tap | None = None  # set by nfgate.capture when --capture is on
+        self._pipe_of: dict[int, int] = {}  # key -> pipe id of a held request, while tapped
         self._held: dict[int, object] = {}  # key -> nng_ctx * of a request awaiting its answer
         self._free: list[object] = []  # contexts ready for the next request
         self._aios: list[object] = []  # idle nng_aio * for replies
@@ -243,6 +248,9 @@ class RepEndpoint:
                     raise TransportError(f"receive on {self.url} failed: {_strerror(rv)}")
                 pipe, data = _take(self._msgp[0])
             self.received += 1
+            tap = self.tap
+            if tap is not None:
+                tap("in", f"pipe-{pipe}", (data,))
             if len(self._held) >= self.max_contexts:
                 # The context forgets this request when it receives the next one.
                 self.refused += 1
@@ -251,6 +259,8 @@ class RepEndpoint:
             key = self._next_key
             self._next_key += 1
             self._held[key] = ctx
+            if tap is not None:
+                self._pipe_of[key] = pipe  # the reply's peer, for its capture record
             return key, pipe, data
         return None
 
@@ -348,6 +358,8 @@ class RepEndpoint:
         ctx = self._held.pop(key, None)
         if ctx is None:
             return False
+        if self.tap is not None:
+            self.tap("out", f"pipe-{self._pipe_of.pop(key, 0)}", (data,))
         aio = self._aios.pop() if self._aios else self._alloc_aio()
         msgp = self._msgp
         rv = lib.nng_msg_alloc(msgp, 0)
@@ -385,6 +397,7 @@ class RepEndpoint:
         ctx = self._held.pop(key, None)
         if ctx is None:
             return False
+        self._pipe_of.pop(key, None)
         self.dropped += 1
         self._recycle(ctx)
         return True

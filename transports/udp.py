@@ -11,6 +11,7 @@ import errno
 import socket
 
 from nfgate.errors import TransportError
+from nfgate.transports.zmq import Tap
 
 __all__ = ["MAX_DATAGRAM", "Address", "UdpEndpoint", "parse_address"]
 
@@ -33,6 +34,9 @@ class UdpEndpoint:
     Raises :class:`TransportError` with a one-line reason when the address cannot be
     bound (e.g. the port is in use, or the host is not an IPv4 address of this machine).
     """
+
+    capture_kind = "udp"
+    tap: Tap | None = None  # set by nfgate.capture when --capture is on
 
     def __init__(self, host: str, port: int, *, broadcast: bool = False) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -74,6 +78,9 @@ class UdpEndpoint:
                 continue
             out.append((data, (str(sender[0]), int(sender[1]))))
         self.received += len(out)
+        if self.tap is not None:
+            for data, sender in out:
+                self.tap("in", f"{sender[0]}:{sender[1]}", (data,))
         return out
 
     def sendto(self, data: bytes, address: Address) -> bool:
@@ -85,6 +92,8 @@ class UdpEndpoint:
             self.send_errors += 1
             return False
         self.sent += 1
+        if self.tap is not None:
+            self.tap("out", f"{address[0]}:{address[1]}", (data,))
         return True
 
     receive_failures = 0

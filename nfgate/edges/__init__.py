@@ -22,7 +22,7 @@ from nfgate.errors import ConfigError, DecodeError
 from nfgate.model import Command, Peer, ServiceRef
 from nfgate.routing_types import Output
 from nfgate.transports.curve import load_server_keys
-from nfgate.transports.zmq import Limits, RouterEndpoint
+from nfgate.transports.zmq import Limits, RouterEndpoint, identity_label
 
 if TYPE_CHECKING:
     from nfgate.gateway import Gateway
@@ -66,17 +66,9 @@ class EdgeSettings:
         self.options = options or {}
 
 
-_VISIBLE_ASCII = bytes(range(0x21, 0x7F))  # printable ASCII, space excluded
-
-
-def peer_label(address: bytes) -> str:
-    """A printable name for a transport address: the text when it is printable ASCII
-    (NorFab sets readable identities), else ``id-<hex>`` (libzmq's generated ones)."""
-    # Deleting every visible character leaves nothing only if there was nothing else;
-    # one C call, where a generator over the bytes was a measurable part of a dispatch.
-    if address and not address.translate(None, _VISIBLE_ASCII):
-        return address.decode("ascii")
-    return "id-" + address.hex()
+peer_label = identity_label
+"""A printable name for a transport address: NorFab's readable identities as they are,
+others as ``id-<hex>`` (:func:`nfgate.transports.zmq.identity_label`)."""
 
 
 class WireCounts(Protocol):

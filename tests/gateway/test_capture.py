@@ -1,0 +1,207 @@
+"""``--capture``: every frame list in and out of every edge, as Parquet segments
+(nfgate/capture.py, design.md "Capture and the pipeline")."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+import zmq
+
+from nfgate.capture import Capture, CaptureConfig
+from nfgate.codecs import dcp, memodb, nfp
+from nfgate.codecs.dcp.messages import Reply as DcpReply
+from nfgate.codecs.dcp.messages import Request as DcpRequest
+from nfgate.codecs.memodb.messages import Job, Result
+from nfgate.codecs.nfp.messages import BROKER, WORKER, Keepalive, Open, Post, Ready, Response
+from nfgate.config import load
+from nfgate.errors import ConfigError
+from nfgate.transports.nng import connect_req
+
+from .conftest import Running, finish, recv, start_gateway, until
+
+pytestmark = pytest.mark.timeout(60)
+
+QUIET = "[edges.nfp]\nheartbeat_ms = 60000\n[edges.dcp]\nheartbeat_ms = 60000\n[edges.memodb]\nheartbeat_ms = 60000\n"
+
+
+def records(directory: Path) -> list[dict[str, Any]]:
+    """Every record of every closed segment, oldest first."""
+    rows: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("*.parquet")):
+        rows += pq.read_table(path).to_pylist()
+    return sorted(rows, key=lambda r: r["ts_ns"])
+
+
+@pytest.fixture
+def captured(tmp_path: Path) -> Iterator[tuple[Running, Path]]:
+    directory = tmp_path / "cap"
+    running = start_gateway(tmp_path, QUIET, disabled=["dbp", "sada", "sada-server"], capture_dir=directory)
+    try:
+        yield running, directory
+    finally:
+        if running.thread.is_alive():
+            finish(running)
+
+
+def test_every_message_in_and_out_is_in_the_capture_as_it_was_on_the_wire(
+    captured: tuple[Running, Path],
+) -> None:
+    gw, directory = captured
+    # An NFP spec worker serves a DCP client and a MemoDB client; one undecodable message.
+    worker = gw.dealer("nfp", b"cw1")
+    worker.send_multipart(nfp.encode(Open(header=WORKER)))
+    assert nfp.decode(recv(worker), "spec") == Open(header=BROKER)
+    worker.send_multipart(nfp.encode(Ready(service="echo")))
+    until(lambda: gw.gateway.router.workers())
+    assert isinstance(nfp.decode(recv(worker), "spec"), Keepalive)
+
+    def serve_one() -> None:
+        job = nfp.decode(recv(worker), "spec")
+        assert isinstance(job, Post)
+        worker.send_multipart(
+            nfp.encode(Response(header=WORKER, service="echo", uuid=job.uuid, status=200, body=job.body))
+        )
+
+    client = gw.dealer("dcp", b"dcp-client")
+    request = dcp.encode(DcpRequest(service=b"echo", metadata=(b"m1",), data=(b"hi",)))
+    client.send_multipart(request)
+    serve_one()
+    assert dcp.decode(recv(client)) == DcpReply(metadata=(b"m1",), data=(b"hi",))
+    req = connect_req(gw.endpoint("memodb"), recv_timeout_ms=3000)
+    try:
+        [job] = memodb.encode(Job(id=b"j1", service="echo", timeout_ms=5000, payload=b"p"))
+        req.send(job)
+        serve_one()
+        assert isinstance(memodb.decode([req.recv()]), Result)
+    finally:
+        req.close()
+    gw.dealer("nfp", b"junk").send_multipart([b"x"])
+    until(lambda: gw.gateway.edges["nfp"].traffic().receive_failures == 1)
+    finish(gw)  # a clean stop: the capture is closed after the edges, with all it was given
+    # Read after the stop: the drain's DISCONNECT to the worker is in both.
+    traffic = {name: gw.gateway.edges[name].traffic() for name in ("nfp", "dcp", "memodb")}
+
+    assert not list(directory.glob("*.partial"))
+    rows = records(directory)
+    counts = Counter((r["edge"], r["direction"]) for r in rows)
+    for name, t in traffic.items():
+        assert counts[(name, "in")] == t.received, name
+        assert counts[(name, "out")] == t.sent, name
+    by_edge = {r["edge"]: r for r in rows}
+    assert by_edge["memodb"]["transport"] == "nng" and by_edge["memodb"]["peer"].startswith("pipe-")
+    assert {r["protocol"] for r in rows} == {"nfp", "dcp", "memodb"}
+    dcp_rows = [r for r in rows if r["edge"] == "dcp"]
+    assert [(r["direction"], r["peer"], r["transport"]) for r in dcp_rows] == [
+        ("in", "dcp-client", "zmq"),
+        ("out", "dcp-client", "zmq"),
+    ]
+    assert dcp_rows[0]["frames"] == request  # the frames as sent, identity envelope stripped
+    assert [r["frames"] for r in rows if r["peer"] == "junk"] == [[b"x"]]
+    stats = gw.gateway.stats()["capture"]
+    assert stats["records"] == stats["written"] == len(rows) and stats["dropped"] == 0
+
+
+def test_segments_roll_by_rows_and_close_writes_what_is_queued(tmp_path: Path) -> None:
+    cap = Capture(CaptureConfig(dir=tmp_path, segment_rows=10), flush_s=3600)  # drains only at close
+    tap = cap.tap_for("dcp", "dcp", "zmq")
+    for i in range(25):
+        tap("in", "peer", [b"", str(i).encode()])
+    assert cap.written == 0 and cap.stats()["pending"] == 25
+    cap.close()
+    files = sorted(tmp_path.glob("*.parquet"))
+    assert [pq.read_metadata(f).num_rows for f in files] == [10, 10, 5]
+    assert [r["frames"][1] for f in files for r in pq.read_table(f).to_pylist()] == [
+        str(i).encode() for i in range(25)
+    ]
+    assert cap.stats() | {"pending": 0} == {
+        "records": 25,
+        "dropped": 0,
+        "written": 25,
+        "segments": 3,
+        "write_errors": 0,
+        "pending": 0,
+    }
+
+
+def test_a_writer_that_falls_behind_drops_and_counts_instead_of_blocking(tmp_path: Path) -> None:
+    cap = Capture(CaptureConfig(dir=tmp_path, max_pending=5), flush_s=3600)
+    tap = cap.tap_for("nfp", "nfp", "zmq")
+    for _ in range(8):
+        tap("out", "w", [b"frame"])
+    cap.close()
+    assert (cap.taken, cap.dropped, cap.written) == (5, 3, 5)
+
+
+def test_capture_config_names_the_bad_key(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[capture]\ndir = "caps"\nsegment_s = 0\n')
+    with pytest.raises(ConfigError, match=r"capture\.segment_s must be an integer >= 1"):
+        load(config)
+    config.write_text('[capture]\ndir = "caps"\nsegment_rows = 5\n')
+    cfg = load(config)
+    assert cfg.capture == CaptureConfig(dir=tmp_path / "caps", segment_rows=5)
+    assert load(None, capture_dir=tmp_path / "x").capture == CaptureConfig(dir=tmp_path / "x")
+    assert load(None).capture is None
+
+
+def test_serve_capture_flag_writes_segments_and_exits_0(tmp_path: Path) -> None:
+    from tests.serving import start, stop
+
+    directory = tmp_path / "cap"
+    server = start(
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--bind",
+        "dcp=tcp://127.0.0.1:0",
+        "--capture",
+        str(directory),
+        "--no-metrics",
+        *(f"--no-{k}" for k in ("nfp", "memodb", "dbp", "sada", "sada-server")),
+    )
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        assert any(f"capturing to {directory}" in line for line in server.lines)
+        sock.connect(server.endpoints["dcp"])
+        sock.send_multipart(dcp.encode(DcpRequest(service=b"nobody", metadata=(), data=(b"x",))))
+        # No worker: the request waits in its queue; its one frame list is captured.
+        assert sock.poll(300) == 0
+    finally:
+        sock.close(0)
+        ctx.term()
+        assert stop(server) == 0
+    rows = records(directory)
+    assert [(r["edge"], r["direction"]) for r in rows] == [("dcp", "in")]
+
+
+def test_capture_into_an_unwritable_place_is_one_line_exit_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nfgate",
+            "serve",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--capture",
+            str(blocker / "x"),
+        ]
+        + ["--no-metrics", "--bind", "nfp=tcp://127.0.0.1:0", "--bind", "dcp=tcp://127.0.0.1:0"]
+        + [f"--no-{k}" for k in ("memodb", "dbp", "sada", "sada-server")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error") or "capture" in line]
+    assert errors and "capture: cannot create" in errors[-1], proc.stderr
