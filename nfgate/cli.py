@@ -193,6 +193,35 @@ def serve(
         fail(str(exc))
 
 
+@main.command()
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Where the tables, summary.json and report.html go.",
+)
+@click.option(
+    "--master",
+    default="local[*]",
+    show_default=True,
+    help="Spark master URL (spark://host:7077, yarn, local[N]).",
+)
+def analyze(source: Path, out: Path, master: str) -> None:
+    """Run the PySpark job over a capture directory (`nfgate serve --capture DIR`)."""
+    from nfgate.analysis.job import analyze as run  # pyspark is imported only here
+
+    try:
+        summary = run(source, out, master)
+    except NfgateError as exc:
+        fail(str(exc))
+    click.echo(
+        f"{summary['messages']} messages ({summary['malformed']} malformed), {summary['exchanges']} exchanges "
+        f"({summary['unanswered']} unanswered) -> {out}/report.html"
+    )
+
+
 from nfgate.bench.cli import bench  # noqa: E402  (subcommands register after the group exists)
 from nfgate.conformance.cli import conformance  # noqa: E402
 from nfgate.discover import discover  # noqa: E402

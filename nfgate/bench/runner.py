@@ -42,9 +42,14 @@ DIALECT_OF = {
     # gateway but not a crash of the machine. What the per-job fsync costs against NorFab's
     # broker, which keeps no job at all; not in the default run.
     "nfgate-norfab-nofsync": "norfab",
+    # nfgate-dcp and nfgate-norfab with --capture: what capturing every frame costs the
+    # loop (a tuple per message for the writer thread, and that thread's Parquet work).
+    "nfgate-dcp-capture": "dcp",
+    "nfgate-norfab-capture": "norfab",
 }
 BROKERS = tuple(DIALECT_OF)
-DEFAULT_BROKERS = tuple(name for name in BROKERS if not name.endswith("-nofsync"))
+# The variants run only when named in --brokers.
+DEFAULT_BROKERS = tuple(name for name in BROKERS if not name.endswith(("-nofsync", "-capture")))
 NO_FSYNC = "[gateway]\nfsync = false\n"
 START_TIMEOUT_S = 30.0
 SETTLE_S = 0.3  # after the workers said ready: their READYs are in the broker's queue by then
@@ -90,6 +95,9 @@ def start_broker(name: str, kids: list[Child], workdir: str) -> tuple[Child, str
         config = Path(workdir) / "nofsync.toml"
         config.write_text(NO_FSYNC)
         others += ["--config", str(config)]
+    capture = name.endswith("-capture")
+    if capture:
+        others += ["--capture", str(Path(workdir) / "capture")]
     argv = _python_module(
         "nfgate",
         "serve",
@@ -109,6 +117,8 @@ def start_broker(name: str, kids: list[Child], workdir: str) -> tuple[Child, str
     edge = "dcp" if DIALECT_OF[name] == "dcp" else "nfp"
     endpoint = child.expect(rf"{edge} edge \({edge}\) listening on (\S+)", START_TIMEOUT_S).group(1)
     # The ready line says "fsync off" when it is: proof that the variant measured is the one named.
+    if capture:
+        child.expect(r"capturing to ", START_TIMEOUT_S)
     child.expect(r"\bready\b.*fsync off" if nofsync else r"\bready\b", START_TIMEOUT_S)
     return child, endpoint
 
@@ -194,6 +204,11 @@ def _ratios(figures: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         ratios["nfgate-dcp/lean-dcp"] = _ratio(figures["nfgate-dcp"], figures["lean-dcp"])
     if "lean-dcp" in figures and "raw" in figures:
         ratios["lean-dcp/raw"] = _ratio(figures["lean-dcp"], figures["raw"])
+    # A variant against the broker it varies: what capturing (or not fsyncing) costs.
+    for name in figures:
+        plain = name.rsplit("-", 1)[0]
+        if name.endswith(("-capture", "-nofsync")) and plain in figures:
+            ratios[f"{name}/{plain}"] = _ratio(figures[name], figures[plain])
     return ratios
 
 

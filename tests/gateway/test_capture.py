@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import stat
 import subprocess
 import sys
 from collections import Counter
@@ -89,6 +90,7 @@ def test_every_message_in_and_out_is_in_the_capture_as_it_was_on_the_wire(
     traffic = {name: gw.gateway.edges[name].traffic() for name in ("nfp", "dcp", "memodb")}
 
     assert not list(directory.glob("*.partial"))
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700  # bodies, credentials: the owner's only
     rows = records(directory)
     counts = Counter((r["edge"], r["direction"]) for r in rows)
     for name, t in traffic.items():

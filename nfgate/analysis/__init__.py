@@ -1,0 +1,6 @@
+"""The capture pipeline's analysis side: ``nfgate analyze`` (docs/pipeline.md).
+
+:mod:`~nfgate.analysis.classify` is pure (one captured message -> one commands row);
+:mod:`~nfgate.analysis.job` and :mod:`~nfgate.analysis.queries` need pyspark,
+:mod:`~nfgate.analysis.report` matplotlib (``pip install 'nfgate[spark]'``).
+"""

@@ -1,0 +1,123 @@
+"""``nfgate analyze``: the PySpark job over a capture directory (docs/pipeline.md).
+
+Reads the closed segments (``capture-*.parquet``, subdirectories included; a ``.partial`` segment, left by a gateway that
+did not stop cleanly, has no footer and is skipped), decodes every frame list with the
+codecs inside Spark's Python workers, one Arrow batch at a time (``mapInArrow``), and
+writes under ``--out``:
+
+- ``commands/``: one row per captured message (:mod:`nfgate.analysis.classify`);
+- ``exchanges/``: each request paired with its final reply on the same edge, peer and
+  key, with the latency between them; ``side`` is ``client`` (a request read from a
+  peer, its reply sent back: what the gateway's client waited) or ``worker`` (a
+  request sent to a peer, its reply read: the worker's turnaround). A request without
+  a reply in the capture has null reply columns;
+- ``malformed/``: the messages that did not decode, with the decoder's reason;
+- ``aggregates/protocol``, ``aggregates/service``, ``aggregates/peer``;
+- ``summary.json`` and ``report.html`` (:mod:`nfgate.analysis.report`).
+
+Pairing. Requests and replies with the same (edge, peer, side, key) are paired in
+order: the n-th request with the n-th reply. Where keys are unique (NFP uuids, MemoDB
+and SADA ids) that is exact; DCP keys are the metadata parts, which a client may reuse,
+and DBP has no id at all, so those pair first-come first-served, as their brokers answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from nfgate.analysis.classify import classify
+from nfgate.errors import ConfigError
+
+__all__ = ["COMMANDS_SCHEMA", "analyze", "decode_batches", "segments"]
+
+COMMANDS_SCHEMA = (
+    "ts_ns long, edge string, protocol string, transport string, direction string, peer string, "
+    "frame_count int, bytes long, dialect string, type string, role string, service string, "
+    "key string, status int, error string, preview string"
+)
+PREVIEW_BYTES = 64  # of each frame of a malformed message, as hex, in `preview`
+TOP_PEERS = 100  # peers listed in summary.json (all are in aggregates/peer)
+
+
+def segments(source: Path) -> list[Path]:
+    """The closed capture segments under ``source``; raises :class:`ConfigError` when
+    there are none (a one-line error for the command line)."""
+    if not source.is_dir():
+        raise ConfigError(f"analyze: {source} is not a directory")
+    # Named as the capture names them: an --out inside the source (Spark's part-*.parquet)
+    # is not read back as a capture.
+    found = sorted(p for p in source.rglob("capture-*.parquet") if p.is_file())
+    if not found:
+        raise ConfigError(f"analyze: no capture segments (capture-*.parquet) in {source}")
+    return found
+
+
+def decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow`` body: capture record batches in, commands batches out."""
+    import pyarrow as pa
+
+    for batch in batches:
+        cols = batch.to_pydict()
+        out: dict[str, list[Any]] = {name: [] for name in _OUT_NAMES}
+        for i, frames in enumerate(cols["frames"]):
+            frames = frames or []
+            row = classify(cols["protocol"][i], cols["transport"][i], frames)
+            for name in ("ts_ns", "edge", "protocol", "transport", "direction", "peer"):
+                out[name].append(cols[name][i])
+            out["frame_count"].append(len(frames))
+            out["bytes"].append(sum(len(f) for f in frames))
+            for name, value in row.items():
+                out[name].append(value)
+            out["preview"].append(
+                " ".join(f[:PREVIEW_BYTES].hex() for f in frames) if row["error"] is not None else None
+            )
+        yield pa.RecordBatch.from_pydict(out, schema=_arrow_schema(pa))
+
+
+_OUT_NAMES = [part.split()[0] for part in COMMANDS_SCHEMA.split(", ")]
+_ARROW_TYPES = {"long": "int64", "int": "int32", "string": "string"}
+
+
+def _arrow_schema(pa: Any) -> Any:
+    return pa.schema(
+        [(p.split()[0], getattr(pa, _ARROW_TYPES[p.split()[1]])()) for p in COMMANDS_SCHEMA.split(", ")]
+    )
+
+
+def analyze(source: Path, out: Path, master: str = "local[*]") -> dict[str, Any]:
+    """Run the job; returns the summary it wrote to ``out/summary.json``.
+
+    Raises :class:`ConfigError` when ``source`` holds no segment or pyspark is missing.
+    """
+    files = segments(source)
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise ConfigError("analyze needs pyspark: pip install 'nfgate[spark]'") from None
+    from nfgate.analysis import queries, report
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("nfgate analyze")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "8")
+        .getOrCreate()
+    )
+    try:
+        captured = spark.read.parquet(*(str(p) for p in files))
+        commands = captured.mapInArrow(decode_batches, COMMANDS_SCHEMA).cache()
+        out.mkdir(parents=True, exist_ok=True)
+        tables = queries.tables(commands)
+        for name, frame in tables.items():
+            frame.write.mode("overwrite").parquet(str(out / name))
+        summary = queries.summary(commands, tables, files=len(files), top_peers=TOP_PEERS)
+        plots = queries.plot_data(commands, tables["exchanges"])
+    finally:
+        spark.stop()
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    (out / "report.html").write_text(report.render(summary, plots), encoding="utf-8")
+    return summary

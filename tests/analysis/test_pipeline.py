@@ -1,0 +1,219 @@
+"""``serve --capture`` then ``nfgate analyze``: a real gateway's capture through the
+PySpark job (local master), checked against the capture itself."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from nfgate.analysis.job import analyze, segments
+from nfgate.codecs import dcp, memodb, nfp
+from nfgate.codecs.dcp.messages import Request as DcpRequest
+from nfgate.codecs.memodb.messages import Job, Result
+from nfgate.codecs.nfp.messages import BROKER, CLIENT, WORKER, Keepalive, Open, Post, Ready, Response
+from nfgate.edges import Traffic
+from tests.gateway.conftest import finish, recv, start_gateway, until
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+
+QUIET = "[edges.nfp]\nheartbeat_ms = 60000\n[edges.dcp]\nheartbeat_ms = 60000\n[edges.memodb]\nheartbeat_ms = 60000\n"
+JUNK = {"nfp": [b"x"], "dcp": [b"", b"\x01\x02"]}
+
+
+def _traffic(tmp: Path) -> tuple[Path, dict[str, Traffic]]:
+    """A gateway with capture on: an NFP worker serves 3 DCP requests, a MemoDB JOB and
+    an NFP spec POST; one DCP request waits for a service nobody offers; one
+    undecodable message each on the NFP and DCP edges."""
+    directory = tmp / "capture"
+    gw = start_gateway(tmp, QUIET, disabled=["dbp", "sada", "sada-server"], capture_dir=directory)
+    try:
+        worker = gw.dealer("nfp", b"echo-worker")
+        worker.send_multipart(nfp.encode(Open(header=WORKER)))
+        assert nfp.decode(recv(worker), "spec") == Open(header=BROKER)
+        worker.send_multipart(nfp.encode(Ready(service="echo")))
+        until(lambda: gw.gateway.router.workers())
+        assert isinstance(nfp.decode(recv(worker), "spec"), Keepalive)
+
+        def serve_one() -> None:
+            job = nfp.decode(recv(worker), "spec")
+            assert isinstance(job, Post)
+            reply = Response(header=WORKER, service="echo", uuid=job.uuid, status=200, body=job.body)
+            worker.send_multipart(nfp.encode(reply))
+
+        client = gw.dealer("dcp", b"dcp-client")
+        for i in range(3):
+            client.send_multipart(
+                dcp.encode(DcpRequest(service=b"echo", metadata=(b"m%d" % i,), data=(b"x",)))
+            )
+            serve_one()
+            recv(client)
+        client.send_multipart(dcp.encode(DcpRequest(service=b"nobody", metadata=(b"q",), data=(b"x",))))
+        from nfgate.transports.nng import connect_req
+
+        req = connect_req(gw.endpoint("memodb"), recv_timeout_ms=3000)
+        try:
+            req.send(memodb.encode(Job(id=b"j1", service="echo", timeout_ms=5000, payload=b"p"))[0])
+            serve_one()
+            assert isinstance(memodb.decode([req.recv()]), Result)
+        finally:
+            req.close()
+        nclient = gw.dealer("nfp", b"nfp-client")
+        nclient.send_multipart(nfp.encode(Open(header=CLIENT)))
+        recv(nclient)
+        post = Post(header=CLIENT, service="echo", target="any", uuid="a" * 32, body=(b"{}",))
+        nclient.send_multipart(nfp.encode(post))
+        serve_one()
+        statuses = [nfp.decode(recv(nclient), "spec").status for _ in range(2)]  # type: ignore[attr-defined]
+        assert statuses == [202, 200]
+        for edge, frames in JUNK.items():
+            gw.dealer(edge, b"junk-" + edge.encode()).send_multipart(frames)
+        until(lambda: sum(gw.gateway.edges[e].traffic().receive_failures for e in JUNK) == 2)
+    finally:
+        finish(gw)
+    return directory, {name: gw.gateway.edges[name].traffic() for name in ("nfp", "dcp", "memodb")}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("pipeline")
+    capture, traffic = _traffic(tmp)
+    out = tmp / "out"
+    summary = analyze(capture, out, "local[1]")
+    raw = [r for p in sorted(capture.glob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    return {"capture": capture, "out": out, "summary": summary, "traffic": traffic, "raw": raw}
+
+
+def table(run: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return pq.read_table(run["out"] / name).to_pylist()
+
+
+def test_every_captured_message_is_one_row_of_the_commands_table(run: dict[str, Any]) -> None:
+    commands = table(run, "commands")
+    assert len(commands) == len(run["raw"]) == run["summary"]["messages"]
+    key = ("ts_ns", "edge", "peer", "direction")
+    assert sorted(tuple(r[k] for k in key) for r in commands) == sorted(
+        tuple(r[k] for k in key) for r in run["raw"]
+    )
+    types = Counter((r["protocol"], r["direction"], r["type"]) for r in commands)
+    assert types[("dcp", "in", "REQUEST")] == 4 and types[("dcp", "out", "REPLY")] == 3
+    assert types[("nfp", "out", "POST")] == 5 and types[("nfp", "in", "RESPONSE")] == 5
+    assert types[("memodb", "in", "JOB")] == 1 and types[("memodb", "out", "RESULT")] == 1
+    by_protocol = {r["protocol"]: r for r in run["summary"]["protocols"]}
+    for name, t in run["traffic"].items():
+        assert (by_protocol[name]["messages_in"], by_protocol[name]["messages_out"]) == (t.received, t.sent)
+
+
+def test_malformed_messages_are_listed_with_the_decoders_reason(run: dict[str, Any]) -> None:
+    malformed = table(run, "malformed")
+    assert sorted(r["peer"] for r in malformed) == ["junk-dcp", "junk-nfp"]
+    for row in malformed:
+        with pytest.raises(Exception) as caught:
+            (nfp if row["protocol"] == "nfp" else dcp).decode(JUNK[row["protocol"]])
+        assert row["error"] == str(caught.value)
+        assert row["preview"] == " ".join(f.hex() for f in JUNK[row["protocol"]])
+    assert run["summary"]["malformed"] == 2
+    assert {(r["protocol"], r["count"]) for r in run["summary"]["malformed_reasons"]} == {
+        ("nfp", 1),
+        ("dcp", 1),
+    }
+
+
+def test_exchanges_pair_requests_with_replies_and_time_them(run: dict[str, Any]) -> None:
+    exchanges = table(run, "exchanges")
+    clients = [e for e in exchanges if e["side"] == "client"]
+    workers = [e for e in exchanges if e["side"] == "worker"]
+    # Client side: 4 DCP requests (one for nobody, unanswered), the MemoDB JOB, the NFP POST.
+    assert Counter((e["protocol"], e["reply_ts_ns"] is not None) for e in clients) == {
+        ("dcp", True): 3,
+        ("dcp", False): 1,
+        ("memodb", True): 1,
+        ("nfp", True): 1,
+    }
+    # Worker side: the five POSTs the NFP worker was given, each answered.
+    assert len(workers) == 5 and all(e["peer"] == "echo-worker" and e["status"] == 200 for e in workers)
+    # The latency is the capture's own timestamps: the DCP request m1 in, its REPLY out.
+    raw = run["raw"]
+    sent = next(r["ts_ns"] for r in raw if r["direction"] == "in" and r["frames"][-3:-2] == [b"m1"])
+    m1 = next(e for e in clients if e["key"] == b"m1".hex())
+    assert m1["request_ts_ns"] == sent
+    replied = next(
+        r["ts_ns"] for r in raw if r["direction"] == "out" and r["edge"] == "dcp" and b"m1" in r["frames"]
+    )
+    assert m1["latency_us"] == pytest.approx((replied - sent) / 1000)
+    # The NFP POST's reply is the 200, not the 202 before it.
+    post = next(e for e in clients if e["protocol"] == "nfp")
+    assert post["status"] == 200 and post["key"] == "a" * 32
+    assert run["summary"]["unanswered"] == 1
+
+
+def test_service_aggregates_and_summary(run: dict[str, Any]) -> None:
+    services = {(r["service"], r["side"]): r for r in table(run, "aggregates/service")}
+    echo = services[("echo", "client")]
+    assert (echo["requests"], echo["answered"], sorted(echo["protocols"])) == (5, 5, ["dcp", "memodb", "nfp"])
+    assert 0 < echo["p50_us"] <= echo["p99_us"]
+    assert services[("nobody", "client")]["answered"] == 0
+    on_disk = json.loads((run["out"] / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(run["summary"]))
+    peers = {r["peer"]: r for r in table(run, "aggregates/peer")}
+    assert peers["junk-nfp"]["malformed"] == 1 and peers["echo-worker"]["dialects"] == ["spec"]
+
+
+def test_the_report_is_one_self_contained_page_with_its_plots(run: dict[str, Any]) -> None:
+    page = (run["out"] / "report.html").read_text()
+    assert page.count("<svg") == 2
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", page)
+    assert "<script" not in page
+    for text in ("echo", "nobody", "junk-dcp", "memodb"):
+        assert text in page
+
+
+def test_analyze_without_segments_is_one_line_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "only.parquet.partial").write_bytes(b"PAR1")
+    for source in (tmp_path, tmp_path / "missing"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "nfgate", "analyze", str(source), "--out", str(tmp_path / "out")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 2
+        assert len(proc.stderr.strip().splitlines()) == 1 and "analyze:" in proc.stderr
+
+
+def test_only_capture_segments_are_read(tmp_path: Path) -> None:
+    (tmp_path / "gw1").mkdir()
+    (tmp_path / "gw1" / "capture-20261125T120000-1-00001.parquet").write_bytes(b"")
+    (tmp_path / "capture-20261125T120000-2-00001.parquet.partial").write_bytes(b"")
+    (tmp_path / "out" / "commands").mkdir(parents=True)
+    (tmp_path / "out" / "commands" / "part-00000.parquet").write_bytes(b"")  # an earlier --out
+    assert segments(tmp_path) == [tmp_path / "gw1" / "capture-20261125T120000-1-00001.parquet"]
+
+
+def test_the_cli_runs_the_job(run: dict[str, Any], tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nfgate",
+            "analyze",
+            str(run["capture"]),
+            "--out",
+            str(tmp_path),
+            "--master",
+            "local[1]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith(f"{run['summary']['messages']} messages (2 malformed)")
+    assert json.loads((tmp_path / "summary.json").read_text())["messages"] == run["summary"]["messages"]
