@@ -107,6 +107,7 @@ def analyze(source: Path, out: Path, master: str = "local[*]") -> dict[str, Any]
         .config("spark.sql.shuffle.partitions", "8")
         .getOrCreate()
     )
+    spark.sparkContext.setLogLevel("ERROR")  # the job's own line is the output; Spark's INFO/WARN is noise here
     try:
         captured = spark.read.parquet(*(str(p) for p in files))
         commands = captured.mapInArrow(decode_batches, COMMANDS_SCHEMA).cache()

@@ -18,9 +18,9 @@ from nfgate.analysis.job import analyze, segments
 from nfgate.codecs import dcp, memodb, nfp
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.memodb.messages import Job, Result
-from nfgate.codecs.nfp.messages import BROKER, CLIENT, WORKER, Keepalive, Open, Post, Ready, Response
+from nfgate.codecs.nfp.messages import CLIENT, Open, Post
 from nfgate.edges import Traffic
-from tests.gateway.conftest import finish, recv, start_gateway, until
+from tests.gateway.conftest import echo_one, echo_worker, finish, recv, start_gateway, until
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -35,25 +35,14 @@ def _traffic(tmp: Path) -> tuple[Path, dict[str, Traffic]]:
     directory = tmp / "capture"
     gw = start_gateway(tmp, QUIET, disabled=["dbp", "sada", "sada-server"], capture_dir=directory)
     try:
-        worker = gw.dealer("nfp", b"echo-worker")
-        worker.send_multipart(nfp.encode(Open(header=WORKER)))
-        assert nfp.decode(recv(worker), "spec") == Open(header=BROKER)
-        worker.send_multipart(nfp.encode(Ready(service="echo")))
-        until(lambda: gw.gateway.router.workers())
-        assert isinstance(nfp.decode(recv(worker), "spec"), Keepalive)
-
-        def serve_one() -> None:
-            job = nfp.decode(recv(worker), "spec")
-            assert isinstance(job, Post)
-            reply = Response(header=WORKER, service="echo", uuid=job.uuid, status=200, body=job.body)
-            worker.send_multipart(nfp.encode(reply))
+        worker = echo_worker(gw, b"echo-worker")
 
         client = gw.dealer("dcp", b"dcp-client")
         for i in range(3):
             client.send_multipart(
                 dcp.encode(DcpRequest(service=b"echo", metadata=(b"m%d" % i,), data=(b"x",)))
             )
-            serve_one()
+            echo_one(worker)
             recv(client)
         client.send_multipart(dcp.encode(DcpRequest(service=b"nobody", metadata=(b"q",), data=(b"x",))))
         from nfgate.transports.nng import connect_req
@@ -61,7 +50,7 @@ def _traffic(tmp: Path) -> tuple[Path, dict[str, Traffic]]:
         req = connect_req(gw.endpoint("memodb"), recv_timeout_ms=3000)
         try:
             req.send(memodb.encode(Job(id=b"j1", service="echo", timeout_ms=5000, payload=b"p"))[0])
-            serve_one()
+            echo_one(worker)
             assert isinstance(memodb.decode([req.recv()]), Result)
         finally:
             req.close()
@@ -70,7 +59,7 @@ def _traffic(tmp: Path) -> tuple[Path, dict[str, Traffic]]:
         recv(nclient)
         post = Post(header=CLIENT, service="echo", target="any", uuid="a" * 32, body=(b"{}",))
         nclient.send_multipart(nfp.encode(post))
-        serve_one()
+        echo_one(worker)
         statuses = [nfp.decode(recv(nclient), "spec").status for _ in range(2)]  # type: ignore[attr-defined]
         assert statuses == [202, 200]
         for edge, frames in JUNK.items():

@@ -15,8 +15,9 @@ from nfgate.bench.cli import bench
 from nfgate.bench.dialects import DIALECTS, FINAL, INTERIM, Dialect, make_body, make_key
 from nfgate.bench.runner import CHECKS, all_rounds
 
-# nfgate-norfab-nofsync starts only if its ready line says "fsync off" (runner.start_broker).
-BROKERS = ("raw", "lean-dcp", "nfgate-dcp", "nfgate-nfp", "nfgate-norfab-nofsync")
+# nfgate-norfab-nofsync starts only if its ready line says "fsync off", nfgate-dcp-capture
+# only if it logs "capturing to" (runner.start_broker).
+BROKERS = ("raw", "lean-dcp", "nfgate-dcp", "nfgate-nfp", "nfgate-norfab-nofsync", "nfgate-dcp-capture")
 
 
 @pytest.mark.slow
@@ -52,6 +53,8 @@ def test_tiny_relay_run_echoes_every_request(tmp_path: Path) -> None:
             "nfgate-dcp/raw",
             "nfgate-nfp/raw",
             "nfgate-norfab-nofsync/raw",
+            "nfgate-dcp-capture/raw",
+            "nfgate-dcp-capture/nfgate-dcp",
             "nfgate-dcp/lean-dcp",
             "lean-dcp/raw",
         }

@@ -117,3 +117,28 @@ def until(predicate: object, timeout: float = 5.0) -> None:
             return
         time.sleep(0.01)
     pytest.fail("condition not met in time")
+
+
+def echo_worker(running: Running, identity: bytes, service: str = "echo") -> zmq.Socket[bytes]:
+    """An NFP spec worker of ``service``, registered (OPEN, READY, the first KEEPALIVE read)."""
+    from nfgate.codecs import nfp
+    from nfgate.codecs.nfp.messages import BROKER, WORKER, Keepalive, Open, Ready
+
+    worker = running.dealer("nfp", identity)
+    worker.send_multipart(nfp.encode(Open(header=WORKER)))
+    assert nfp.decode(recv(worker), "spec") == Open(header=BROKER)
+    worker.send_multipart(nfp.encode(Ready(service=service)))
+    until(lambda: any(w.peer.address == identity for w in running.gateway.router.workers()))
+    assert isinstance(nfp.decode(recv(worker), "spec"), Keepalive)
+    return worker
+
+
+def echo_one(worker: zmq.Socket[bytes]) -> None:
+    """Answer the next POST ``worker`` is given with 200 and the POST's own body."""
+    from nfgate.codecs import nfp
+    from nfgate.codecs.nfp.messages import WORKER, Post, Response
+
+    job = nfp.decode(recv(worker), "spec")
+    assert isinstance(job, Post)
+    reply = Response(header=WORKER, service=job.service, uuid=job.uuid, status=200, body=job.body)
+    worker.send_multipart(nfp.encode(reply))

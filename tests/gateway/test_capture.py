@@ -16,16 +16,15 @@ import pytest
 import zmq
 
 from nfgate.capture import Capture, CaptureConfig
-from nfgate.codecs import dcp, memodb, nfp
+from nfgate.codecs import dcp, memodb
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.memodb.messages import Job, Result
-from nfgate.codecs.nfp.messages import BROKER, WORKER, Keepalive, Open, Post, Ready, Response
 from nfgate.config import load
 from nfgate.errors import ConfigError
 from nfgate.transports.nng import connect_req
 
-from .conftest import Running, finish, recv, start_gateway, until
+from .conftest import Running, echo_one, echo_worker, finish, recv, start_gateway, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,30 +55,18 @@ def test_every_message_in_and_out_is_in_the_capture_as_it_was_on_the_wire(
 ) -> None:
     gw, directory = captured
     # An NFP spec worker serves a DCP client and a MemoDB client; one undecodable message.
-    worker = gw.dealer("nfp", b"cw1")
-    worker.send_multipart(nfp.encode(Open(header=WORKER)))
-    assert nfp.decode(recv(worker), "spec") == Open(header=BROKER)
-    worker.send_multipart(nfp.encode(Ready(service="echo")))
-    until(lambda: gw.gateway.router.workers())
-    assert isinstance(nfp.decode(recv(worker), "spec"), Keepalive)
-
-    def serve_one() -> None:
-        job = nfp.decode(recv(worker), "spec")
-        assert isinstance(job, Post)
-        worker.send_multipart(
-            nfp.encode(Response(header=WORKER, service="echo", uuid=job.uuid, status=200, body=job.body))
-        )
+    worker = echo_worker(gw, b"cw1")
 
     client = gw.dealer("dcp", b"dcp-client")
     request = dcp.encode(DcpRequest(service=b"echo", metadata=(b"m1",), data=(b"hi",)))
     client.send_multipart(request)
-    serve_one()
+    echo_one(worker)
     assert dcp.decode(recv(client)) == DcpReply(metadata=(b"m1",), data=(b"hi",))
     req = connect_req(gw.endpoint("memodb"), recv_timeout_ms=3000)
     try:
         [job] = memodb.encode(Job(id=b"j1", service="echo", timeout_ms=5000, payload=b"p"))
         req.send(job)
-        serve_one()
+        echo_one(worker)
         assert isinstance(memodb.decode([req.recv()]), Result)
     finally:
         req.close()
