@@ -24,6 +24,8 @@ and DBP has no id at all, so those pair first-come first-served, as their broker
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,8 @@ COMMANDS_SCHEMA = (
     "frame_count int, bytes long, dialect string, type string, role string, service string, "
     "key string, status int, error string, preview string"
 )
+MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|yarn|(spark|k8s)://\S+")
+"""The master URLs Spark accepts (its own check comes only after a JVM has started)."""
 PREVIEW_BYTES = 64  # of each frame of a malformed message, as hex, in `preview`
 TOP_PEERS = 100  # peers listed in summary.json (all are in aggregates/peer)
 
@@ -93,25 +97,42 @@ def analyze(source: Path, out: Path, master: str = "local[*]") -> dict[str, Any]
     Raises :class:`ConfigError` when ``source`` holds no segment or pyspark is missing.
     """
     files = segments(source)
+    if not MASTER.fullmatch(master):
+        raise ConfigError(
+            f"analyze: --master must be local[*], local[N], yarn, spark://HOST:PORT or k8s://URL, got {master!r}"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"analyze: cannot create {out}: {exc.strerror}") from None
+    if not os.access(out, os.W_OK):
+        raise ConfigError(f"analyze: {out} is not writable")
     try:
         from pyspark.sql import SparkSession
     except ImportError:
         raise ConfigError("analyze needs pyspark: pip install 'nfgate[spark]'") from None
     from nfgate.analysis import queries, report
 
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("nfgate analyze")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "8")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")  # the job's own line is the output; Spark's INFO/WARN is noise here
+    try:
+        spark = (
+            SparkSession.builder.master(master)
+            .appName("nfgate analyze")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.shuffle.partitions", "8")
+            .getOrCreate()
+        )
+    except Exception as exc:  # pyspark raises its own types, and Py4J's, for a JVM that will not start
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"analyze: cannot start Spark on {master} ({reason}); it needs Java 17 (java on PATH or JAVA_HOME)"
+        ) from None
+    spark.sparkContext.setLogLevel(
+        "ERROR"
+    )  # the job's own line is the output; Spark's INFO/WARN is noise here
     try:
         captured = spark.read.parquet(*(str(p) for p in files))
         commands = captured.mapInArrow(decode_batches, COMMANDS_SCHEMA).cache()
-        out.mkdir(parents=True, exist_ok=True)
         tables = queries.tables(commands)
         for name, frame in tables.items():
             frame.write.mode("overwrite").parquet(str(out / name))

@@ -4,6 +4,7 @@ PySpark job (local master), checked against the capture itself."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from nfgate.analysis.job import analyze, segments
+from nfgate.capture import Capture, CaptureConfig
 from nfgate.codecs import dcp, memodb, nfp
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.memodb.messages import Job, Result
@@ -164,17 +166,43 @@ def test_the_report_is_one_self_contained_page_with_its_plots(run: dict[str, Any
         assert text in page
 
 
+def _analyze_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nfgate", "analyze", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
 def test_analyze_without_segments_is_one_line_exit_2(tmp_path: Path) -> None:
     (tmp_path / "only.parquet.partial").write_bytes(b"PAR1")
     for source in (tmp_path, tmp_path / "missing"):
-        proc = subprocess.run(
-            [sys.executable, "-m", "nfgate", "analyze", str(source), "--out", str(tmp_path / "out")],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        proc = _analyze_cli(str(source), "--out", str(tmp_path / "out"))
         assert proc.returncode == 2
         assert len(proc.stderr.strip().splitlines()) == 1 and "analyze:" in proc.stderr
+
+
+def test_a_bad_master_or_no_java_is_one_line_exit_2(tmp_path: Path) -> None:
+    cap = Capture(CaptureConfig(dir=tmp_path / "cap"))
+    cap.tap_for("dcp", "dcp", "zmq")("in", "p", [b"x"])
+    cap.close()
+    proc = _analyze_cli(str(tmp_path / "cap"), "--out", str(tmp_path / "out"), "--master", "bogus://x")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "nfgate: analyze: --master must be local[*], local[N], yarn, spark://HOST:PORT or k8s://URL, got 'bogus://x'"
+    ]
+    # No JVM: Spark's launcher runs $JAVA_HOME/bin/java, which is not there.
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java")}
+    proc = _analyze_cli(
+        str(tmp_path / "cap"), "--out", str(tmp_path / "out"), "--master", "local[1]", env=env
+    )
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("nfgate: analyze: cannot start Spark on local[1] (") and "Java 17" in last, (
+        proc.stderr
+    )
 
 
 def test_only_capture_segments_are_read(tmp_path: Path) -> None:
