@@ -7,7 +7,7 @@ What a row says beyond the capture (docs/pipeline.md, "The commands table"):
   dialect when unsure, as the gateway decides per message).
 - ``role``: ``request`` (asks for work: NFP POST, DCP REQUEST, MemoDB JOB, SADA REQ,
   DBP REQUEST/REGISTRATION/UPDATE), ``reply`` (its final answer), ``interim`` (an
-  answer that is not the last: NFP 202, 201, 300, EVENT, STREAM), ``query`` (NFP
+  answer that is not the last: NFP 202, 201, 300, 1xx, EVENT, STREAM), ``query`` (NFP
   GET/DELETE/PUT/MMI: about a job, not a job) or ``control`` (registration, heartbeats,
   the rest).
 - ``key``: what pairs a request with its reply on the same peer: the NFP job uuid, the
@@ -34,8 +34,15 @@ COLUMNS = ("dialect", "type", "role", "service", "key", "status", "error")
 """The columns :func:`classify` adds to a capture record."""
 
 # NFP: a RESPONSE with one of these statuses is not the job's last word (specs/nfp.md:
-# 202 accepted, 201 started (NorFab), 300 still pending for a GET).
+# 202 accepted, 300 still pending for a GET; NorFab 0.25: 201 accepted by the worker,
+# and any 1xx, e.g. 102 waiting for the client's input).
 _NFP_INTERIM = frozenset({201, 202, 300})
+
+
+def _nfp_final(status: int) -> bool:
+    return status >= 200 and status not in _NFP_INTERIM
+
+
 _NFP_QUERIES = frozenset({"GET", "DELETE", "PUT", "MMI"})
 
 
@@ -74,7 +81,7 @@ def _nfp(m: Any) -> Row:
     if kind == "POST":
         return {"role": "request", "service": service, "key": m.uuid}
     if kind in ("RESPONSE", "EVENT", "STREAM"):
-        final = kind == "RESPONSE" and m.status not in _NFP_INTERIM
+        final = kind == "RESPONSE" and _nfp_final(m.status)
         return {
             "role": "reply" if final else "interim",
             "service": service,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -77,6 +79,32 @@ def test_nfp_a_post_is_answered_by_its_first_final_response() -> None:
         "nfp", "zmq", nfp.encode(Get(header=CLIENT, service="svc", target="any", uuid=uuid, body=(b"",)))
     )
     assert (get["role"], get["key"]) == ("query", uuid)
+
+
+NORFAB = json.loads((Path(__file__).resolve().parent.parent / "captures" / "norfab-0.25.json").read_text())
+
+
+def test_real_norfab_traffic_is_classified_as_a_norfab_user_reads_it() -> None:
+    rows = [(c, classify("nfp", "zmq", [bytes.fromhex(f) for f in c["frames"]])) for c in NORFAB]
+    for capture, row in rows:
+        broken = capture["description"].startswith("Reply to a spec-dialect POST")  # NorFab's own bug
+        assert (row["error"] is not None) == broken, capture["description"]
+        assert row["dialect"] == (None if broken else "norfab")
+    roles = {(c["direction"], r["type"], r["status"]): r["role"] for c, r in rows if r["type"]}
+    assert roles[("client->broker", "POST", None)] == roles[("broker->worker", "POST", None)] == "request"
+    for status in (201, 202, 300, 102):  # accepted, dispatched, pending, waiting for input
+        assert roles[("broker->client", "RESPONSE", status)] == "interim", status
+    for status in (200, 400, 404):
+        assert roles[("broker->client", "RESPONSE", status)] == "reply", status
+    assert roles[("client->broker", "GET", None)] == "query"
+    assert roles[("worker->broker", "KEEPALIVE", None)] == "control"
+    # A client's job is paired with its result: POST and the relayed 200 share the uuid.
+    post = next(r for c, r in rows if c["direction"] == "client->broker" and r["type"] == "POST")
+    assert any(
+        r["key"] == post["key"] and r["role"] == "reply" and r["status"] == 200
+        for c, r in rows
+        if c["direction"] == "broker->client"
+    )
 
 
 def test_request_and_reply_keys_match_per_protocol() -> None:
