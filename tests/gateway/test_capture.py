@@ -194,3 +194,28 @@ def test_capture_into_an_unwritable_place_is_one_line_exit_2(tmp_path: Path) -> 
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("Error") or "capture" in line]
     assert errors and "capture: cannot create" in errors[-1], proc.stderr
+
+
+def test_frames_over_a_binary_arrays_limit_are_written_in_smaller_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow as pa
+
+    import nfgate.capture as capture_module
+
+    real = capture_module._frames_array
+
+    def limited(pa_module: Any, messages: Any) -> Any:
+        if len(messages) > 2:  # stands in for 2 GiB of frames, which a test cannot allocate
+            raise pa.ArrowCapacityError("array cannot contain more than 2147483646 bytes")
+        return real(pa_module, messages)
+
+    monkeypatch.setattr(capture_module, "_frames_array", limited)
+    cap = Capture(CaptureConfig(dir=tmp_path), flush_s=3600)
+    tap = cap.tap_for("dcp", "dcp", "zmq")
+    for i in range(7):
+        tap("in", "p", [str(i).encode()])
+    cap.close()
+    rows = records(tmp_path)
+    assert [r["frames"] for r in rows] == [[str(i).encode()] for i in range(7)]
+    assert (cap.written, cap.errors) == (7, 0)
