@@ -23,7 +23,8 @@ MIN_STEP_NS = 1_000_000  # and none narrower than a millisecond
 
 def tables(commands: DataFrame) -> dict[str, DataFrame]:
     """Every table the job writes, by its path under ``--out``."""
-    exchanges = _exchanges(commands)
+    # Read by five queries after its own write: cached, or its window and join run five times.
+    exchanges = _exchanges(commands).cache()
     return {
         "commands": commands,
         "malformed": commands.where(F.col("error").isNotNull()).select(
