@@ -118,6 +118,7 @@ def analyze(source: Path, out: Path, master: str = "local[*]") -> dict[str, Any]
             SparkSession.builder.master(master)
             .appName("nfgate analyze")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.shuffle.partitions", "8")
             .getOrCreate()

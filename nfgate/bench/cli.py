@@ -14,6 +14,7 @@ import click
 
 from nfgate.bench.cross import BASELINE, CROSS_PATHS
 from nfgate.bench.runner import BROKERS, DEFAULT_BROKERS, BenchError, Settings
+from nfgate.errors import NfgateError
 
 __all__ = ["bench"]
 
@@ -37,9 +38,10 @@ def _paths(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str,
 @click.command()
 @click.option(
     "--scenario",
-    type=click.Choice(["relay", "cross", "idle", "path", "all"]),
+    type=click.Choice(["relay", "cross", "idle", "path", "analyze", "all"]),
     default="all",
     show_default=True,
+    help="all = relay, cross, idle and path; analyze (the capture pipeline) needs the spark extra and Java.",
 )
 @click.option(
     "--duration",
@@ -104,6 +106,16 @@ def _paths(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str,
     help="Workers in the idle scenario.",
 )
 @click.option(
+    "--records",
+    type=click.IntRange(8, 100_000_000),
+    default=1_000_000,
+    show_default=True,
+    help="Records in the analyze scenario's capture.",
+)
+@click.option(
+    "--master", default="local[*]", show_default=True, help="Spark master for the analyze scenario."
+)
+@click.option(
     "--out", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Also write the JSON here."
 )
 def bench(
@@ -118,6 +130,8 @@ def bench(
     brokers: tuple[str, ...],
     paths: tuple[str, ...],
     idle_workers: int,
+    records: int,
+    master: str,
     out: Path | None,
 ) -> None:
     """Benchmark the gateway against a raw pyzmq relay, a lean DCP broker and the NorFab
@@ -155,7 +169,11 @@ def bench(
         if scenario in ("path", "all"):
             progress("bench: measuring the dcp, nfp and norfab paths in process (no sockets)")
             objects.append(path.path(size=size))
-    except BenchError as exc:
+        if scenario == "analyze":
+            from nfgate.bench.analysis import analysis
+
+            objects.append(analysis(records, size, master, progress))
+    except (BenchError, NfgateError) as exc:
         raise click.ClickException(str(exc)) from None
     for obj in objects:
         line = json.dumps(obj)

@@ -159,3 +159,37 @@ def test_a_round_that_lost_replies_shows_even_when_it_is_not_the_median() -> Non
         ["nfgate-dcp", "raw"], [{"nfgate-dcp": good, "raw": good}, {"nfgate-dcp": bad, "raw": good}]
     )
     assert counts == {"nfgate-dcp": bad, "raw": good}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_analyze_scenario_times_the_capture_pipeline_end_to_end(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nfgate",
+            "bench",
+            "--scenario",
+            "analyze",
+            "--records",
+            "80",
+            "--master",
+            "local[1]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=170,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    [obj] = [json.loads(line) for line in done.stdout.splitlines()]
+    # 10 rounds of 8 records: a DCP request and reply, an NFP job's five messages, one junk.
+    assert {k: obj[k] for k in ("records", "messages", "malformed", "exchanges", "unanswered")} == {
+        "records": 80,
+        "messages": 80,
+        "malformed": 10,
+        "exchanges": 30,
+        "unanswered": 0,
+    }
+    assert obj["analyze_seconds"] > 0 and obj["decode_us_per_record"] > 0 and obj["capture_records_per_s"] > 0
