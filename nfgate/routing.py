@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from typing import Final
 
 import attrs
 
@@ -34,22 +33,8 @@ from nfgate.model import (
     Unregister,
 )
 from nfgate.queues import Event, FairQueue, Job, Part, PartState, Waitlist, WorkerState, advance, with_field
-
-__all__ = [
-    "DEFAULT_LIVENESS",
-    "STATUS_CANCELLED",
-    "Abort",
-    "Accepted",
-    "Deliver",
-    "Dispatch",
-    "Evict",
-    "Output",
-    "Router",
-    "RouterConfig",
-]
-
 from nfgate.routing_types import (
-    DEFAULT_LIVENESS,
+    COUNTERS,
     STATUS_CANCELLED,
     Abort,
     Accepted,
@@ -61,26 +46,7 @@ from nfgate.routing_types import (
     WorkerInfo,
 )
 
-_COUNTERS: Final = (
-    "accepted",
-    "rejected",
-    "dispatched",
-    "redispatched",
-    "replied",
-    "progress",
-    "expired",
-    "timeouts",
-    "failed",
-    "cancelled",
-    "unknown_replies",
-    "unknown_heartbeats",
-    "unknown_cancels",
-    "workers_registered",
-    "workers_lost",
-    "evicted",
-    "forwarded",
-    "unknown_forwards",
-)
+__all__ = ["Router"]  # its configuration and outputs: nfgate.routing_types
 
 
 class Router:
@@ -102,7 +68,7 @@ class Router:
         self._waiting: OrderedDict[Part, int] = OrderedDict()
         self._liveness: dict[int, OrderedDict[Peer, int]] = {}
         self._timeouts: list[tuple[int, int, int, Part]] = []
-        self._stats = dict.fromkeys(_COUNTERS, 0)
+        self._stats = dict.fromkeys(COUNTERS, 0)
 
     # ----------------------------------------------------------------- public API
 

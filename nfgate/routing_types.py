@@ -16,6 +16,28 @@ from nfgate.model import Catalog, Peer, Reply, Request, ServiceRef
 
 STATUS_CANCELLED: Final = 410  # not in model.Status: only the core emits it
 
+COUNTERS: Final = (
+    "accepted",
+    "rejected",
+    "dispatched",
+    "redispatched",
+    "replied",
+    "progress",
+    "expired",
+    "timeouts",
+    "failed",
+    "cancelled",
+    "unknown_replies",
+    "unknown_heartbeats",
+    "unknown_cancels",
+    "workers_registered",
+    "workers_lost",
+    "evicted",
+    "forwarded",
+    "unknown_forwards",
+)
+"""What :meth:`nfgate.routing.Router.stats` counts (besides its gauges)."""
+
 DEFAULT_LIVENESS: Final[Mapping[str, tuple[int, int]]] = MappingProxyType(
     {
         "nfp": (2500, 6),  # NorFab 0.25: 2.5 s heartbeats, 6 missed

@@ -29,7 +29,8 @@ from nfgate.model import (
     Unregister,
 )
 from nfgate.queues import TRANSITIONS, Event, Job, Part, PartState, advance
-from nfgate.routing import (
+from nfgate.routing import Router
+from nfgate.routing_types import (
     STATUS_CANCELLED,
     Abort,
     Accepted,
@@ -37,7 +38,6 @@ from nfgate.routing import (
     Dispatch,
     Evict,
     Output,
-    Router,
     RouterConfig,
 )
 

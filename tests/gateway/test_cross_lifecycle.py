@@ -25,7 +25,8 @@ from nfgate.edges import RouterEdge
 from nfgate.edges.dcp import DcpEdge
 from nfgate.edges.nfp import NfpEdge
 from nfgate.gateway import Gateway
-from nfgate.routing import Router, RouterConfig
+from nfgate.routing import Router
+from nfgate.routing_types import RouterConfig
 from tests.conftest import scaled
 
 from .lives import HEARTBEAT, Lives

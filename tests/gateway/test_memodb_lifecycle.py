@@ -21,7 +21,8 @@ from nfgate.codecs import memodb
 from nfgate.codecs.memodb.messages import Disconnect, Heartbeat, Job, Ready, Result
 from nfgate.edges.memodb import MemodbEdge
 from nfgate.gateway import Gateway
-from nfgate.routing import Router, RouterConfig
+from nfgate.routing import Router
+from nfgate.routing_types import RouterConfig
 from tests.conftest import scaled
 
 from .lives import HEARTBEAT, Lives

@@ -23,7 +23,8 @@ from nfgate.codecs import nfp
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Disconnect, Keepalive, Open, Post, Ready, Response
 from nfgate.edges.nfp import NfpEdge
 from nfgate.gateway import Gateway
-from nfgate.routing import Router, RouterConfig
+from nfgate.routing import Router
+from nfgate.routing_types import RouterConfig
 from nfgate.store import JobStore
 from tests.conftest import scaled
 

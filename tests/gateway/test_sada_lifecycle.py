@@ -17,7 +17,8 @@ from nfgate.codecs import sada
 from nfgate.codecs.sada.messages import Intr, Ping, Rep, Req
 from nfgate.edges.sada import SadaChannelEdge
 from nfgate.gateway import Gateway
-from nfgate.routing import Router, RouterConfig
+from nfgate.routing import Router
+from nfgate.routing_types import RouterConfig
 from tests.conftest import scaled
 
 from .lives import HEARTBEAT, Lives
