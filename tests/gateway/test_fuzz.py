@@ -89,7 +89,8 @@ def test_hostile_peers_on_every_edge_raise_nothing_and_the_gateway_still_serves(
     tmp_path: Path, seed: int
 ) -> None:
     rng = random.Random(seed)
-    gw = start_gateway(tmp_path, "[edges.memodb]\nheartbeat_ms = 200\n")
+    # With capture on: the taps and the writer take whatever the hostile peers send.
+    gw = start_gateway(tmp_path, "[edges.memodb]\nheartbeat_ms = 200\n", capture_dir=tmp_path / "capture")
     nng_socks: list[pynng.Req0] = []
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
@@ -118,6 +119,17 @@ def test_hostile_peers_on_every_edge_raise_nothing_and_the_gateway_still_serves(
         for s in nng_socks:
             s.close()
         finish(gw)
+    # Every message every transport moved is in the capture, written without an error.
+    moved = sum(t.received + t.sent for t in (e.traffic() for e in gw.gateway.edges.values()))
+    stats = gw.gateway.stats()["capture"]
+    assert [stats[k] for k in ("records", "written", "dropped", "write_errors", "pending")] == [
+        moved,
+        moved,
+        0,
+        0,
+        0,
+    ]
+    assert stats["segments"] >= 1 and moved > 4 * MESSAGES
 
 
 def _still_serves(gw: Running, nng_socks: list[pynng.Req0]) -> None:
