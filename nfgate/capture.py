@@ -246,7 +246,16 @@ class Capture:
         self._seq += 1
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
         self._partial = self.config.dir / f"capture-{stamp}-{os.getpid()}-{self._seq:05d}{PARTIAL}"
-        self._writer = self._pq.ParquetWriter(self._partial, self._schema, compression="zstd")
+        self._writer = self._pq.ParquetWriter(
+            self._partial,
+            self._schema,
+            compression="zstd",
+            # Dictionaries for the few-valued columns only, and statistics for the time
+            # (what a reader filters on): half the writer's encoding time (0.60 -> 0.31
+            # µs per DCP record, measured), and smaller files.
+            use_dictionary=["edge", "protocol", "transport", "direction", "peer"],
+            write_statistics=["ts_ns"],
+        )
         self._opened_at = time.monotonic()
         self._rows_in_segment = 0
         return self._writer
