@@ -140,6 +140,14 @@ def test_capture_config_names_the_bad_key(tmp_path: Path) -> None:
     assert load(None).capture is None
 
 
+def test_capture_without_pyarrow_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow now raises ImportError
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(ConfigError, match=r"^capture needs pyarrow: pip install 'nfgate\[capture\]'$"):
+        Capture(CaptureConfig(dir=tmp_path))
+    assert not list(tmp_path.iterdir())
+
+
 def test_serve_capture_flag_writes_segments_and_exits_0(tmp_path: Path) -> None:
     from tests.serving import start, stop
 
