@@ -14,10 +14,12 @@ import random
 import socket
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pynng
 import pytest
 import zmq
 
+from nfgate.analysis.job import decode_batches
 from nfgate.codecs import dcp, memodb, nfp
 from nfgate.codecs.dcp.messages import Registration
 from nfgate.codecs.dcp.messages import Reply as DcpReply
@@ -130,6 +132,14 @@ def test_hostile_peers_on_every_edge_raise_nothing_and_the_gateway_still_serves(
         0,
     ]
     assert stats["segments"] >= 1 and moved > 4 * MESSAGES
+    # And what `nfgate analyze` runs in Spark's workers reads all of it: a row per
+    # message, the hostile ones as malformed with a reason, nothing raised.
+    segments = sorted((tmp_path / "capture").glob("*.parquet"))
+    batches = [b for path in segments for b in pq.read_table(path).to_batches(max_chunksize=4096)]
+    rows = [row for out in decode_batches(iter(batches)) for row in out.to_pylist()]
+    assert len(rows) == moved
+    malformed = {r["protocol"] for r in rows if r["error"]}
+    assert malformed == {"nfp", "dcp", "memodb", "dbp", "sada"}
 
 
 def _still_serves(gw: Running, nng_socks: list[pynng.Req0]) -> None:
