@@ -98,9 +98,9 @@ _Record = tuple[int, str, str, str, str, str, Sequence[bytes]]
 
 
 def _frames_array(pa: Any, messages: Sequence[Sequence[bytes]]) -> Any:
-    """The ``frames`` column: offsets and one flat binary array, which pyarrow builds
-    about 3.5 times faster than from a list of tuples (measured: 0.7 against 2.7 µs per
-    8-frame record)."""
+    """The ``frames`` column: offsets and one flat binary array. pyarrow builds it much
+    faster that way than from a list of tuples (a 16,384-record batch of 8-frame
+    records, every column converted: 0.7 against 2.7 µs per record)."""
     offsets = [0, *itertools.accumulate(map(len, messages))]
     flat = pa.array(list(itertools.chain.from_iterable(messages)), pa.binary())
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), flat)
