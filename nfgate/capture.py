@@ -45,15 +45,13 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = ["SCHEMA_FIELDS", "Capture", "CaptureConfig", "Tap", "load_arrow"]
+__all__ = ["Capture", "CaptureConfig", "Tap", "load_arrow"]
 
 log = logging.getLogger("nfgate.capture")
 
 Tap = Callable[[str, str, Sequence[bytes]], None]
 """What a transport calls per message: ``tap(direction, peer, frames)``."""
 
-SCHEMA_FIELDS = ("ts_ns", "edge", "protocol", "transport", "direction", "peer", "frames")
-SUFFIX = ".parquet"
 PARTIAL = ".parquet.partial"
 ROW_GROUP = 16_384  # rows per write: bounds how long the writer holds the GIL at once
 CHUNK = 2_048  # records converted to Arrow per call (see Capture._write)
@@ -169,6 +167,11 @@ class Capture:
                 if kind is not None:
                     wire.tap = self.tap_for(edge.name, edge.protocol, kind)
 
+    @property
+    def pending(self) -> int:
+        """Records the loop has handed over and the writer has not taken yet."""
+        return len(self._queue)
+
     def stats(self) -> dict[str, int]:
         return {
             "records": self.taken,
@@ -176,7 +179,7 @@ class Capture:
             "written": self.written,
             "segments": self.segments,
             "write_errors": self.errors,
-            "pending": len(self._queue),
+            "pending": self.pending,
         }
 
     def close(self) -> None:

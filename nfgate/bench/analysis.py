@@ -65,7 +65,7 @@ def _capture(directory: Path, records: int, size: int) -> tuple[int, float]:
             nfp.encode(Response(header=BROKER, service="echo", uuid=job, status=200, body=(body,))),
         )
         d("in", "junk", [b"\0" * (i % 7)])
-        while len(cap._queue) > 200_000:  # a generator outruns any disk: let the writer keep up
+        while cap.pending > 200_000:  # a generator outruns any disk: let the writer keep up
             time.sleep(0.01)
     cap.close()
     return cap.written, time.perf_counter() - start
