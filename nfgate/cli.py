@@ -194,13 +194,12 @@ def serve(
 
 
 @main.command()
-@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("source")
 @click.option(
     "--out",
     "out",
-    type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="Where the tables, summary.json and report.html go.",
+    help="Where the tables, summary.json and report.html go: a directory or a URI (hdfs://, s3a://...).",
 )
 @click.option(
     "--master",
@@ -208,17 +207,33 @@ def serve(
     show_default=True,
     help="Spark master URL (spark://host:7077, yarn, local[N]).",
 )
-def analyze(source: Path, out: Path, master: str) -> None:
-    """Run the PySpark job over a capture directory (`nfgate serve --capture DIR`)."""
+@click.option(
+    "--conf",
+    "conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark property, as spark-submit's --conf (repeatable).",
+)
+def analyze(source: str, out: str, master: str, conf: tuple[str, ...]) -> None:
+    """Run the PySpark job over a capture directory (`nfgate serve --capture DIR`).
+
+    SOURCE is a directory or a URI Spark can read (hdfs://, s3a://, file://...).
+    """
     from nfgate.analysis.job import analyze as run  # pyspark is imported only here
 
+    properties: dict[str, str] = {}
+    for value in conf:
+        key, sep, setting = value.partition("=")
+        if not sep or not key.strip():
+            fail(f"--conf: expected KEY=VALUE, got {value!r}")
+        properties[key.strip()] = setting
     try:
-        summary = run(source, out, master)
+        summary = run(source, out, master, properties)
     except NfgateError as exc:
         fail(str(exc))
     click.echo(
         f"{summary['messages']} messages ({summary['malformed']} malformed), {summary['exchanges']} exchanges "
-        f"({summary['unanswered']} unanswered) -> {out}/report.html"
+        f"({summary['unanswered']} unanswered) -> {out.rstrip('/')}/report.html"
     )
 
 

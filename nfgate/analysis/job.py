@@ -24,13 +24,15 @@ and DBP has no id at all, so those pair first-come first-served, as their broker
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from nfgate.analysis import storage
 from nfgate.analysis.classify import classify
+from nfgate.analysis.storage import segments
 from nfgate.errors import ConfigError
 
 __all__ = ["COMMANDS_SCHEMA", "analyze", "decode_batches", "segments"]
@@ -44,19 +46,6 @@ MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|yarn|(spark|k8s)://\S+")
 """The master URLs Spark accepts (its own check comes only after a JVM has started)."""
 PREVIEW_BYTES = 64  # of each frame of a malformed message, as hex, in `preview`
 TOP_PEERS = 100  # peers listed in summary.json (all are in aggregates/peer)
-
-
-def segments(source: Path) -> list[Path]:
-    """The closed capture segments under ``source``; raises :class:`ConfigError` when
-    there are none (a one-line error for the command line)."""
-    if not source.is_dir():
-        raise ConfigError(f"analyze: {source} is not a directory")
-    # Named as the capture names them: an --out inside the source (Spark's part-*.parquet)
-    # is not read back as a capture.
-    found = sorted(p for p in source.rglob("capture-*.parquet") if p.is_file())
-    if not found:
-        raise ConfigError(f"analyze: no capture segments (capture-*.parquet) in {source}")
-    return found
 
 
 def decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
@@ -91,38 +80,47 @@ def _arrow_schema(pa: Any) -> Any:
     )
 
 
-def analyze(source: Path, out: Path, master: str = "local[*]") -> dict[str, Any]:
+def analyze(
+    source: str | Path, out: str | Path, master: str = "local[*]", conf: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Run the job; returns the summary it wrote to ``out/summary.json``.
 
-    Raises :class:`ConfigError` when ``source`` holds no segment or pyspark is missing.
+    ``source`` and ``out`` are local paths or filesystem URIs (:mod:`nfgate.analysis.storage`);
+    ``conf`` are Spark properties, applied after the job's own so that they win.
+
+    Raises :class:`ConfigError` (one line) for a source without segments, a bad master,
+    an ``out`` that cannot be written, no pyspark, and a Spark that cannot start.
     """
-    files = segments(source)
+    src, dst = storage.location(source), storage.location(out)
+    if src.local is not None:
+        segments(src.local)  # fails before a JVM starts
     if not MASTER.fullmatch(master):
         raise ConfigError(
             f"analyze: --master must be local[*], local[N], yarn, spark://HOST:PORT or k8s://URL, got {master!r}"
         )
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"analyze: cannot create {out}: {exc.strerror}") from None
-    if not os.access(out, os.W_OK):
-        raise ConfigError(f"analyze: {out} is not writable")
+    storage.prepare_out(dst)
     try:
         from pyspark.sql import SparkSession
     except ImportError:
         raise ConfigError("analyze needs pyspark: pip install 'nfgate[spark]'") from None
     from nfgate.analysis import queries, report
 
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("nfgate analyze")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "8")
+    )
+    if master.startswith("local"):
+        # Everything runs in this process: its driver's ports need not face the network.
+        for key in ("spark.driver.bindAddress", "spark.driver.host"):
+            builder = builder.config(key, "127.0.0.1")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     try:
-        spark = (
-            SparkSession.builder.master(master)
-            .appName("nfgate analyze")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.shuffle.partitions", "8")
-            .getOrCreate()
-        )
+        spark = builder.getOrCreate()
     except Exception as exc:  # pyspark raises its own types, and Py4J's, for a JVM that will not start
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(
@@ -132,15 +130,20 @@ def analyze(source: Path, out: Path, master: str = "local[*]") -> dict[str, Any]
         "ERROR"
     )  # the job's own line is the output; Spark's INFO/WARN is noise here
     try:
-        captured = spark.read.parquet(*(str(p) for p in files))
-        commands = captured.mapInArrow(decode_batches, COMMANDS_SCHEMA).cache()
-        tables = queries.tables(commands)
-        for name, frame in tables.items():
-            frame.write.mode("overwrite").parquet(str(out / name))
-        summary = queries.summary(commands, tables, files=len(files), top_peers=TOP_PEERS)
-        plots = queries.plot_data(commands, tables["exchanges"])
+        with tempfile.TemporaryDirectory(prefix="nfgate-analyze-") as shipped:
+            storage.ship_package(spark, Path(shipped))
+            files = storage.segment_uris(spark, src, dst)
+            captured = spark.read.parquet(*files)
+            commands = captured.mapInArrow(decode_batches, COMMANDS_SCHEMA).cache()
+            tables = queries.tables(commands)
+            for name, frame in tables.items():
+                frame.write.mode("overwrite").parquet(f"{dst.uri}/{name}")
+            summary = queries.summary(commands, tables, files=len(files), top_peers=TOP_PEERS)
+            plots = queries.plot_data(commands, tables["exchanges"])
+            storage.write_text(
+                spark, dst, "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n"
+            )
+            storage.write_text(spark, dst, "report.html", report.render(summary, plots))
     finally:
         spark.stop()
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    (out / "report.html").write_text(report.render(summary, plots), encoding="utf-8")
     return summary

@@ -126,10 +126,14 @@ def _figure(svg: str | None) -> str:
 
 
 def _svg(fig: Any) -> str:
+    import matplotlib
     import matplotlib.pyplot as plt
 
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    # The same capture gives the same report, byte for byte: no date in the SVG's
+    # metadata, and its element ids hashed with a fixed salt rather than a random one.
+    with matplotlib.rc_context({"svg.hashsalt": "nfgate"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: inline in HTML

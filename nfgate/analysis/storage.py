@@ -1,0 +1,154 @@
+"""Where ``nfgate analyze`` reads a capture and writes its results, and the code its
+executors run.
+
+A location is a local path or a URI of any filesystem Spark's Hadoop layer has a driver
+for (``hdfs://``, ``s3a://``, ``file://``...). A local path is handed to Spark as a
+``file://`` URI, so that a cluster whose default filesystem is HDFS does not read it as
+an HDFS path. On a cluster the executors read the segments and write the tables
+themselves: both must be on storage every node sees (a URI, or a mount at the same path
+everywhere). Local paths are checked before any JVM starts; URIs can only be checked
+through Spark, after it started.
+
+The executors decode with nfgate's codecs. :func:`ship_package` sends them the driver's
+own copy of nfgate, so they never run another version of it, and do not need it
+installed (its dependencies they do: attrs, cbor2, msgpack, pyarrow, pandas).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import re
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+import nfgate
+from nfgate.errors import ConfigError
+
+__all__ = ["Location", "location", "prepare_out", "segment_uris", "segments", "ship_package", "write_text"]
+
+URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+SEGMENT = "capture-*.parquet"
+"""The closed segments' names (nfgate.capture); ``.partial`` segments have no footer
+yet, and Spark's own ``part-*.parquet`` (an ``--out`` inside the source) are not captures."""
+
+
+@attrs.frozen
+class Location:
+    """``uri``: what Spark reads or writes. ``local``: the same place as a path on this
+    machine, or None for a URI (reached only through Spark's filesystem layer)."""
+
+    uri: str
+    local: Path | None
+
+
+def location(text: str | Path) -> Location:
+    """A command-line argument as a location: a URI as given, else an absolute path."""
+    if isinstance(text, str) and URI.match(text):
+        return Location(uri=text.rstrip("/"), local=None)
+    path = Path(text).absolute()
+    return Location(uri=path.as_uri(), local=path)
+
+
+def segments(source: Path) -> list[Path]:
+    """The closed capture segments under the local directory ``source``, subdirectories
+    included; raises :class:`ConfigError` when there are none (a one-line error for the
+    command line)."""
+    if not source.is_dir():
+        raise ConfigError(f"analyze: {source} is not a directory")
+    found = sorted(p for p in source.rglob(SEGMENT) if p.is_file())
+    if not found:
+        raise ConfigError(f"analyze: no capture segments ({SEGMENT}) in {source}")
+    return found
+
+
+def prepare_out(out: Location) -> None:
+    """Create a local ``out`` and check it is writable; raises :class:`ConfigError`.
+    A URI ``out`` is created by :func:`segment_uris`, once Spark runs."""
+    if out.local is None:
+        return
+    try:
+        out.local.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"analyze: cannot create {out.local}: {exc.strerror}") from None
+    if not os.access(out.local, os.W_OK):
+        raise ConfigError(f"analyze: {out.local} is not writable")
+
+
+def segment_uris(spark: Any, source: Location, out: Location) -> list[str]:
+    """The segments' URIs, listed through Spark's filesystem layer for a URI source;
+    also creates a URI ``out``. Raises :class:`ConfigError` (one line) for a source
+    that cannot be listed or holds no segment, and an ``out`` that cannot be created."""
+    if out.local is None:
+        with _hadoop(out.uri, "create"):
+            fs, path = _fs(spark, out.uri)
+            fs.mkdirs(path)
+    if source.local is not None:
+        return [p.as_uri() for p in segments(source.local)]
+    found: list[str] = []
+    with _hadoop(source.uri, "read"):
+        fs, root = _fs(spark, source.uri)
+        if not fs.getFileStatus(root).isDirectory():
+            raise ConfigError(f"analyze: {source.uri} is not a directory")
+        files = fs.listFiles(root, True)  # recursive, files only
+        while files.hasNext():
+            path = files.next().getPath()
+            if fnmatch.fnmatchcase(path.getName(), SEGMENT):
+                found.append(path.toString())
+    if not found:
+        raise ConfigError(f"analyze: no capture segments ({SEGMENT}) in {source.uri}")
+    return sorted(found)
+
+
+def write_text(spark: Any, out: Location, name: str, text: str) -> None:
+    """Write one small file (summary.json, report.html) under ``out``; raises
+    :class:`ConfigError` when a URI ``out`` refuses it."""
+    if out.local is not None:
+        (out.local / name).write_text(text, encoding="utf-8")
+        return
+    uri = f"{out.uri}/{name}"
+    with _hadoop(uri, "write"):
+        fs, path = _fs(spark, uri)
+        stream = fs.create(path, True)  # overwrite, as the tables are
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+
+
+def ship_package(spark: Any, directory: Path) -> Path:
+    """Zip this process's nfgate package into ``directory`` and add it to the job's
+    Python path (``SparkContext.addPyFile``). Spark puts it ahead of the executors'
+    installed packages, so the executors decode with the driver's codecs."""
+    root = Path(nfgate.__file__).parent
+    archive = directory / f"nfgate-{nfgate.__version__}.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(root.rglob("*.py")):
+            zf.write(path, path.relative_to(root.parent).as_posix())
+    spark.sparkContext.addPyFile(str(archive))
+    return archive
+
+
+def _fs(spark: Any, uri: str) -> tuple[Any, Any]:
+    """The Hadoop FileSystem for ``uri`` (through Py4J) and the URI as a Hadoop Path."""
+    path = spark._jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(spark._jsc.hadoopConfiguration()), path
+
+
+@contextlib.contextmanager
+def _hadoop(uri: str, verb: str) -> Iterator[None]:
+    """Turn a Java exception from the filesystem layer into one :class:`ConfigError`
+    line: ``analyze: cannot <verb> <uri> (<the exception's message>)``."""
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        yield
+    except Py4JJavaError as exc:
+        java = exc.java_exception
+        reason = str(java.getMessage() or java.getClass().getSimpleName()).strip().splitlines()[0]
+        raise ConfigError(f"analyze: cannot {verb} {uri} ({reason})") from None
