@@ -40,17 +40,15 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from nfgate.errors import ConfigError
+from nfgate.transports import Tap
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = ["Capture", "CaptureConfig", "Tap", "load_arrow"]
+__all__ = ["Capture", "CaptureConfig", "load_arrow"]
 
 log = logging.getLogger("nfgate.capture")
-
-Tap = Callable[[str, str, Sequence[bytes]], None]
-"""What a transport calls per message: ``tap(direction, peer, frames)``."""
 
 PARTIAL = ".parquet.partial"
 ROW_GROUP = 16_384  # rows per write: bounds how long the writer holds the GIL at once

@@ -63,7 +63,7 @@ import pynng
 from pynng import ffi, lib
 
 from nfgate.errors import TransportError
-from nfgate.transports.zmq import Tap
+from nfgate.transports import Tap
 
 __all__ = [
     "RepEndpoint",

@@ -11,7 +11,7 @@ import errno
 import socket
 
 from nfgate.errors import TransportError
-from nfgate.transports.zmq import Tap
+from nfgate.transports import Tap
 
 __all__ = ["MAX_DATAGRAM", "Address", "UdpEndpoint", "parse_address"]
 

@@ -15,11 +15,8 @@ import attrs
 import zmq
 
 from nfgate.errors import TransportError
+from nfgate.transports import Tap
 from nfgate.transports.curve import Curve, enable_server
-
-Tap = Callable[[str, str, Sequence[bytes]], None]
-"""``tap(direction, peer, frames)``: called per message moved when capture is on
-(:mod:`nfgate.capture`); ``peer`` is printable (:func:`identity_label`)."""
 
 _VISIBLE_ASCII = bytes(range(0x21, 0x7F))  # printable ASCII, space excluded
 
@@ -34,7 +31,7 @@ def identity_label(identity: bytes) -> str:
     return "id-" + identity.hex()
 
 
-__all__ = ["Limits", "RouterEndpoint", "Tap", "connect_dealer", "identity_label"]
+__all__ = ["Limits", "RouterEndpoint", "connect_dealer", "identity_label"]
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
