@@ -13,6 +13,11 @@ footer. :meth:`Capture.close` writes every record the loop handed over before it
 returns: a clean shutdown loses nothing. After a crash the last ``.partial`` file is
 unreadable (Parquet's footer is written last) and ``nfgate analyze`` skips it.
 
+Disk budget. With ``max_bytes`` set, closing a segment also deletes the oldest closed
+segments in the directory (whoever wrote them: an earlier run too) until the rest fit
+in ``max_bytes``, as a ring buffer does; the newest is always kept. The segment being
+written is not counted, so the directory holds at most ``max_bytes`` plus one segment.
+
 Overload. When the writer falls ``max_pending`` records behind (a slow disk), further
 records are dropped and counted (``dropped``) rather than letting the queue grow without
 bound or making the loop wait: capture is an observer and must not slow the broker.
@@ -63,6 +68,7 @@ class CaptureConfig:
     segment_s: int = 60
     segment_rows: int = 1_000_000
     max_pending: int = 1_000_000
+    max_bytes: int = 0  # closed segments kept in dir; 0: no limit
 
 
 def load_arrow() -> tuple[Any, Any]:
@@ -129,6 +135,7 @@ class Capture:
         self.dropped = 0  # records refused because the writer was max_pending behind
         self.written = 0  # records in closed or open segments (writer thread)
         self.segments = 0  # segments closed
+        self.deleted = 0  # closed segments deleted to stay under max_bytes
         self.errors = 0  # writes that failed (disk full...): their records are lost, logged
         self._stop = threading.Event()
         self._writer: pq.ParquetWriter | None = None
@@ -176,6 +183,7 @@ class Capture:
             "dropped": self.dropped,
             "written": self.written,
             "segments": self.segments,
+            "deleted": self.deleted,
             "write_errors": self.errors,
             "pending": self.pending,
         }
@@ -275,3 +283,37 @@ class Capture:
             log.error("capture: cannot close %s: %s", partial, exc)
             return
         self.segments += 1
+        if self.config.max_bytes:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Delete the oldest closed segments until the rest fit in ``max_bytes``."""
+        found = []
+        for path in self.config.dir.glob("capture-*.parquet"):
+            try:
+                st = path.stat()
+            except OSError:  # deleted meanwhile (an analyst, another gateway)
+                continue
+            found.append((st.st_mtime_ns, path.name, st.st_size, path))
+        found.sort()
+        total = sum(size for _, _, size, _ in found)
+        removed = freed = 0
+        for _, _, size, path in found[:-1]:  # the newest stays, whatever its size
+            if total <= self.config.max_bytes:
+                break
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                self.errors += 1
+                log.error("capture: cannot delete %s: %s", path, exc)
+                continue
+            total -= size
+            removed += 1
+            freed += size
+        if removed:
+            self.deleted += removed
+            log.info(
+                "capture: deleted the %d oldest segment(s), %d bytes, to stay under max_bytes", removed, freed
+            )

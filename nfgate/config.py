@@ -42,6 +42,7 @@ The file (every table and key optional)::
     segment_s = 60                   # a segment is closed after this long,
     segment_rows = 1000000           # or this many records
     max_pending = 1000000            # records the writer may fall behind before they are dropped
+    max_bytes = 10_000_000_000       # oldest closed segments deleted beyond this; 0 (default): keep all
 """
 
 from __future__ import annotations
@@ -243,7 +244,9 @@ def load(
     )
     configured = path_option(gateway.get("data_dir"), "gateway.data_dir", base)
     capture = _capture(
-        _table(doc, "capture", {"dir", "segment_s", "segment_rows", "max_pending"}), base, capture_dir
+        _table(doc, "capture", {"dir", "segment_s", "segment_rows", "max_pending", "max_bytes"}),
+        base,
+        capture_dir,
     )
     return ServeConfig(
         data_dir=data_dir or configured or default_data_dir(),
@@ -265,4 +268,5 @@ def _capture(table: Mapping[str, Any], base: Path, given: Path | None) -> Captur
         key: _int(table, key, "capture", getattr(defaults, key), 1)
         for key in ("segment_s", "segment_rows", "max_pending")
     }
+    sizes["max_bytes"] = _int(table, "max_bytes", "capture", defaults.max_bytes, 0)
     return CaptureConfig(dir=directory, **sizes) if directory is not None else None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 import subprocess
 import sys
@@ -114,9 +115,50 @@ def test_segments_roll_by_rows_and_close_writes_what_is_queued(tmp_path: Path) -
         "dropped": 0,
         "written": 25,
         "segments": 3,
+        "deleted": 0,
         "write_errors": 0,
         "pending": 0,
     }
+
+
+def _ten_record_segments(directory: Path, count: int, max_bytes: int = 0) -> Capture:
+    cap = Capture(CaptureConfig(dir=directory, segment_rows=10, max_bytes=max_bytes), flush_s=3600)
+    tap = cap.tap_for("dcp", "dcp", "zmq")
+    for i in range(10 * count):
+        tap("in", "peer", [b"", b"%04d" % i])
+    cap.close()
+    return cap
+
+
+def test_a_disk_budget_deletes_the_oldest_closed_segments(tmp_path: Path) -> None:
+    _ten_record_segments(tmp_path / "reference", 1)
+    one = next((tmp_path / "reference").glob("*.parquet")).stat().st_size
+    directory = tmp_path / "ring"
+    directory.mkdir()
+    earlier = directory / "capture-20261124T000000-1-00001.parquet"  # an earlier run's
+    earlier.write_bytes(b"x" * one)
+    os.utime(earlier, ns=(0, 0))  # older than anything this run writes
+    crashed = directory / "capture-20261124T000000-1-00002.parquet.partial"
+    crashed.write_bytes(b"x" * 10 * one)
+    notes = directory / "notes.txt"
+    notes.write_bytes(b"x" * 10 * one)
+
+    cap = _ten_record_segments(directory, 6, max_bytes=one * 5 // 2)  # room for two
+
+    kept = sorted(directory.glob("*.parquet"))
+    assert len(kept) == 2 and earlier not in kept
+    assert sum(f.stat().st_size for f in kept) <= one * 5 // 2
+    # The newest two: the last 20 records, in order.
+    assert [r["frames"][1] for f in kept for r in pq.read_table(f).to_pylist()] == [
+        b"%04d" % i for i in range(40, 60)
+    ]
+    assert (cap.segments, cap.deleted, cap.errors) == (6, 5, 0)
+    assert crashed.exists() and notes.exists()  # only closed segments count and go
+
+
+def test_the_newest_segment_is_kept_whatever_its_size(tmp_path: Path) -> None:
+    cap = _ten_record_segments(tmp_path, 3, max_bytes=1)
+    assert len(list(tmp_path.glob("*.parquet"))) == 1 and cap.deleted == 2
 
 
 def test_a_writer_that_falls_behind_drops_and_counts_instead_of_blocking(tmp_path: Path) -> None:
@@ -133,9 +175,12 @@ def test_capture_config_names_the_bad_key(tmp_path: Path) -> None:
     config.write_text('[capture]\ndir = "caps"\nsegment_s = 0\n')
     with pytest.raises(ConfigError, match=r"capture\.segment_s must be an integer >= 1"):
         load(config)
-    config.write_text('[capture]\ndir = "caps"\nsegment_rows = 5\n')
+    config.write_text('[capture]\ndir = "caps"\nmax_bytes = -1\n')
+    with pytest.raises(ConfigError, match=r"capture\.max_bytes must be an integer >= 0, got -1"):
+        load(config)
+    config.write_text('[capture]\ndir = "caps"\nsegment_rows = 5\nmax_bytes = 10_000_000_000\n')
     cfg = load(config)
-    assert cfg.capture == CaptureConfig(dir=tmp_path / "caps", segment_rows=5)
+    assert cfg.capture == CaptureConfig(dir=tmp_path / "caps", segment_rows=5, max_bytes=10_000_000_000)
     assert load(None, capture_dir=tmp_path / "x").capture == CaptureConfig(dir=tmp_path / "x")
     assert load(None).capture is None
 
