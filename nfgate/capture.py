@@ -69,6 +69,7 @@ class CaptureConfig:
     segment_rows: int = 1_000_000
     max_pending: int = 1_000_000
     max_bytes: int = 0  # closed segments kept in dir; 0: no limit
+    edges: tuple[str, ...] = ()  # edge names or kinds to capture; empty: every edge
 
 
 def load_arrow() -> tuple[Any, Any]:
@@ -165,8 +166,21 @@ class Capture:
         return tap
 
     def attach(self, edges: Iterable[Any]) -> None:
-        """Give a tap to every transport of ``edges`` (what :meth:`Edge.wires` lists)."""
+        """Give a tap to every transport of ``edges`` (what :meth:`Edge.wires` lists), or
+        of those ``config.edges`` names (an edge's name, ``nfp-2``, or its kind, ``nfp``,
+        for all of that kind's). Raises :class:`ConfigError`, before any tap is given,
+        when a name matches no edge."""
+        edges = list(edges)
+        wanted = set(self.config.edges)
+        unknown = wanted - {e.name for e in edges} - {e.kind for e in edges}
+        if unknown:
+            served = ", ".join(e.name for e in edges)
+            raise ConfigError(
+                f"config: capture.edges: no edge {', '.join(sorted(unknown))} is served (served: {served})"
+            )
         for edge in edges:
+            if wanted and edge.name not in wanted and edge.kind not in wanted:
+                continue
             for wire in edge.wires():
                 kind = getattr(wire, "capture_kind", None)
                 if kind is not None:

@@ -43,6 +43,7 @@ The file (every table and key optional)::
     segment_rows = 1000000           # or this many records
     max_pending = 1000000            # records the writer may fall behind before they are dropped
     max_bytes = 10_000_000_000       # oldest closed segments deleted beyond this; 0 (default): keep all
+    edges = ["nfp", "dcp"]           # only these edges (names or kinds); unset (default): every edge
 """
 
 from __future__ import annotations
@@ -244,7 +245,7 @@ def load(
     )
     configured = path_option(gateway.get("data_dir"), "gateway.data_dir", base)
     capture = _capture(
-        _table(doc, "capture", {"dir", "segment_s", "segment_rows", "max_pending", "max_bytes"}),
+        _table(doc, "capture", {"dir", "segment_s", "segment_rows", "max_pending", "max_bytes", "edges"}),
         base,
         capture_dir,
     )
@@ -269,4 +270,9 @@ def _capture(table: Mapping[str, Any], base: Path, given: Path | None) -> Captur
         for key in ("segment_s", "segment_rows", "max_pending")
     }
     sizes["max_bytes"] = _int(table, "max_bytes", "capture", defaults.max_bytes, 0)
-    return CaptureConfig(dir=directory, **sizes) if directory is not None else None
+    edges = table.get("edges", [])
+    if not isinstance(edges, list) or not all(isinstance(e, str) and e for e in edges):
+        raise ConfigError('config: capture.edges must be a list of edge names, like ["nfp", "dcp"]')
+    if directory is None:
+        return None
+    return CaptureConfig(dir=directory, edges=tuple(edges), **sizes)

@@ -95,11 +95,16 @@ def build(cfg: ServeConfig, context: zmq.Context[zmq.Socket[bytes]], wake_fd: in
         except NfgateError:
             gateway.close()
             raise
-        capture.attach(edges)
         # Closed after the edges (the closers run after them): their last sends are in it.
         gateway.on_close(capture.close)
+        try:
+            capture.attach(edges)
+        except NfgateError:
+            gateway.close()
+            raise
         gateway.extra_stats["capture"] = capture.stats
-        log.info("capturing to %s", cfg.capture.dir)
+        which = f" (edges {', '.join(cfg.capture.edges)})" if cfg.capture.edges else ""
+        log.info("capturing to %s%s", cfg.capture.dir, which)
     return gateway
 
 

@@ -124,6 +124,7 @@ class Edge(abc.ABC):
 
     def __init__(self, settings: EdgeSettings) -> None:
         self.name = settings.name
+        self.kind = settings.protocol  # its config table, [edges.<kind>]: nfp for nfp-2 too
         self.url = settings.url
         self.counters: Counter[str] = Counter()
         self.bad_inputs = 0  # every bad_input() call, whatever its counter

@@ -98,6 +98,45 @@ def test_every_message_in_and_out_is_in_the_capture_as_it_was_on_the_wire(
     assert stats["records"] == stats["written"] == len(rows) and stats["dropped"] == 0
 
 
+def test_capture_edges_records_only_the_edges_it_names(tmp_path: Path) -> None:
+    directory = tmp_path / "cap"
+    toml = QUIET + '[capture]\nedges = ["dcp"]\n'
+    gw = start_gateway(tmp_path, toml, disabled=["dbp", "sada", "sada-server"], capture_dir=directory)
+    try:
+        worker = echo_worker(gw, b"cw1")  # NFP traffic: not captured
+        client = gw.dealer("dcp", b"dc1")
+        client.send_multipart(dcp.encode(DcpRequest(service=b"echo", metadata=(b"m",), data=(b"x",))))
+        echo_one(worker)
+        assert isinstance(dcp.decode(recv(client)), DcpReply)
+    finally:
+        finish(gw)
+    rows = records(directory)
+    dcp_traffic = gw.gateway.edges["dcp"].traffic()
+    assert {r["edge"] for r in rows} == {"dcp"}
+    assert len(rows) == dcp_traffic.received + dcp_traffic.sent > 0
+    assert gw.gateway.edges["nfp"].traffic().received > 0
+
+
+def test_capture_edges_naming_no_served_edge_is_a_config_error(tmp_path: Path) -> None:
+    from nfgate.serve import build
+    from tests.ports import random_binds
+
+    config = tmp_path / "nfgate.toml"
+    config.write_text('[capture]\nedges = ["dcp", "nfq"]\n')
+    cfg = load(config, data_dir=tmp_path / "data", binds=random_binds(), capture_dir=tmp_path / "cap")
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        with pytest.raises(
+            ConfigError, match=r"^config: capture\.edges: no edge nfq is served \(served: nfp, "
+        ):
+            build(cfg, context)
+    finally:
+        context.term()  # returns: build closed every socket it opened
+    config.write_text('[capture]\nedges = "dcp"\n')
+    with pytest.raises(ConfigError, match=r"^config: capture\.edges must be a list of edge names"):
+        load(config)
+
+
 def test_segments_roll_by_rows_and_close_writes_what_is_queued(tmp_path: Path) -> None:
     cap = Capture(CaptureConfig(dir=tmp_path, segment_rows=10), flush_s=3600)  # drains only at close
     tap = cap.tap_for("dcp", "dcp", "zmq")
