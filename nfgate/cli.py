@@ -6,6 +6,7 @@ stderr and exit status 2; nothing prints a traceback for input a person typed.
 
 from __future__ import annotations
 
+import datetime
 import json
 import sys
 from collections.abc import Callable
@@ -214,7 +215,15 @@ def serve(
     metavar="KEY=VALUE",
     help="A Spark property, as spark-submit's --conf (repeatable).",
 )
-def analyze(source: str, out: str, master: str, conf: tuple[str, ...]) -> None:
+@click.option(
+    "--since",
+    metavar="TIME",
+    help="Only messages at or after TIME (ISO 8601, e.g. 2026-11-25T14:00:00Z; no zone: UTC).",
+)
+@click.option("--until", metavar="TIME", help="Only messages before TIME (as --since).")
+def analyze(
+    source: str, out: str, master: str, conf: tuple[str, ...], since: str | None, until: str | None
+) -> None:
     """Run the PySpark job over a capture directory (`nfgate serve --capture DIR`).
 
     SOURCE is a directory or a URI Spark can read (hdfs://, s3a://, file://...).
@@ -227,14 +236,31 @@ def analyze(source: str, out: str, master: str, conf: tuple[str, ...]) -> None:
         if not sep or not key.strip():
             fail(f"--conf: expected KEY=VALUE, got {value!r}")
         properties[key.strip()] = setting
+    window = (_instant(since, "--since"), _instant(until, "--until"))
     try:
-        summary = run(source, out, master, properties)
+        summary = run(source, out, master, properties, window)
     except NfgateError as exc:
         fail(str(exc))
     click.echo(
         f"{summary['messages']} messages ({summary['malformed']} malformed), {summary['exchanges']} exchanges "
         f"({summary['unanswered']} unanswered) -> {out.rstrip('/')}/report.html"
     )
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def _instant(text: str | None, option: str) -> int | None:
+    """An ISO 8601 time as nanoseconds since the epoch (UTC when it names no zone)."""
+    if text is None:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        fail(f"{option}: expected an ISO 8601 time like 2026-11-25T14:00:00Z, got {text!r}")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return (when - _EPOCH) // datetime.timedelta(microseconds=1) * 1_000
 
 
 from nfgate.bench.cli import bench  # noqa: E402  (subcommands register after the group exists)

@@ -81,16 +81,26 @@ def _arrow_schema(pa: Any) -> Any:
 
 
 def analyze(
-    source: str | Path, out: str | Path, master: str = "local[*]", conf: Mapping[str, str] | None = None
+    source: str | Path,
+    out: str | Path,
+    master: str = "local[*]",
+    conf: Mapping[str, str] | None = None,
+    window: tuple[int | None, int | None] = (None, None),
 ) -> dict[str, Any]:
     """Run the job; returns the summary it wrote to ``out/summary.json``.
 
     ``source`` and ``out`` are local paths or filesystem URIs (:mod:`nfgate.analysis.storage`);
-    ``conf`` are Spark properties, applied after the job's own so that they win.
+    ``conf`` are Spark properties, applied after the job's own so that they win;
+    ``window`` is ``(since_ns, until_ns)``: only messages with ``since_ns <= ts_ns <
+    until_ns`` are read (None: unbounded on that side).
 
     Raises :class:`ConfigError` (one line) for a source without segments, a bad master,
-    an ``out`` that cannot be written, no pyspark, and a Spark that cannot start.
+    an empty window or one with no message in it, an ``out`` that cannot be written, no
+    pyspark, and a Spark that cannot start.
     """
+    since, until = window
+    if since is not None and until is not None and since >= until:
+        raise ConfigError("analyze: --since must be before --until")
     src, dst = storage.location(source), storage.location(out)
     if src.local is not None:
         segments(src.local)  # fails before a JVM starts
@@ -134,11 +144,19 @@ def analyze(
             storage.ship_package(spark, Path(shipped))
             files = storage.segment_uris(spark, src, dst)
             captured = spark.read.parquet(*files)
+            # Filtered before decoding: Parquet's ts_ns statistics skip whole row groups.
+            if since is not None:
+                captured = captured.where(captured.ts_ns >= since)
+            if until is not None:
+                captured = captured.where(captured.ts_ns < until)
             commands = captured.mapInArrow(decode_batches, COMMANDS_SCHEMA).cache()
+            if window != (None, None) and commands.count() == 0:  # fills the cache the tables read
+                raise ConfigError("analyze: no captured message in the window (--since/--until)")
             tables = queries.tables(commands)
             for name, frame in tables.items():
                 frame.write.mode("overwrite").parquet(f"{dst.uri}/{name}")
             summary = queries.summary(commands, tables, files=len(files), top_peers=TOP_PEERS)
+            summary["window"] = {"since_ns": since, "until_ns": until}
             plots = queries.plot_data(commands, tables["exchanges"])
             storage.write_text(
                 spark, dst, "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n"

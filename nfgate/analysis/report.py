@@ -89,6 +89,10 @@ def _overview(s: dict[str, Any]) -> str:
         ("first message", _when(s["first_ts_ns"])),
         ("last message", _when(s["last_ts_ns"])),
     ]
+    window = s.get("window") or {}
+    for key, label in (("since_ns", "window from"), ("until_ns", "window until (excluded)")):
+        if window.get(key) is not None:
+            rows.append((label, _when(window[key])))
     body = "".join(
         f'<tr><th class="text">{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>' for k, v in rows
     )

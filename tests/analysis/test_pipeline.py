@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from nfgate.analysis.job import segments
+from nfgate.analysis.job import analyze, segments
 from nfgate.capture import Capture, CaptureConfig
 from nfgate.codecs import dcp, nfp
+from nfgate.errors import ConfigError
 from tests.analysis.conftest import JUNK, table
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -170,3 +171,37 @@ def test_the_cli_runs_the_job(run: dict[str, Any], tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith(f"{run['summary']['messages']} messages (2 malformed)")
     assert json.loads((tmp_path / "summary.json").read_text())["messages"] == run["summary"]["messages"]
+
+
+def test_a_time_window_reads_only_the_messages_inside_it(run: dict[str, Any], tmp_path: Path) -> None:
+    stamps = sorted(r["ts_ns"] for r in run["raw"])
+    since, until = stamps[len(stamps) // 4], stamps[3 * len(stamps) // 4]
+    inside = [r for r in run["raw"] if since <= r["ts_ns"] < until]
+    assert 0 < len(inside) < len(run["raw"])
+    summary = analyze(run["capture"], tmp_path, "local[1]", window=(since, until))
+    commands = table({"out": tmp_path}, "commands")
+    key = ("ts_ns", "edge", "peer", "direction")
+    assert sorted(tuple(r[k] for k in key) for r in commands) == sorted(
+        tuple(r[k] for k in key) for r in inside
+    )
+    assert summary["messages"] == len(inside)
+    assert summary["window"] == {"since_ns": since, "until_ns": until}
+    assert "window from" in (tmp_path / "report.html").read_text()
+    with pytest.raises(ConfigError, match=r"^analyze: no captured message in the window"):
+        analyze(run["capture"], tmp_path / "none", "local[1]", window=(stamps[-1] + 1, None))
+
+
+def test_bad_window_times_are_one_line_exit_2(tmp_path: Path) -> None:
+    for args, message in (
+        (
+            ["--since", "yesterday"],
+            "nfgate: --since: expected an ISO 8601 time like 2026-11-25T14:00:00Z, got 'yesterday'",
+        ),
+        (
+            ["--since", "2026-11-25T15:00:00Z", "--until", "2026-11-25T14:00"],
+            "nfgate: analyze: --since must be before --until",
+        ),
+    ):
+        proc = _analyze_cli(str(tmp_path), "--out", str(tmp_path / "out"), *args)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines() == [message]
