@@ -15,7 +15,7 @@ writes under ``--out``:
 - ``aggregates/protocol``, ``aggregates/service``, ``aggregates/peer``;
 - ``summary.json`` and ``report.html`` (:mod:`nfgate.analysis.report`).
 
-Pairing. Requests and replies with the same (edge, peer, side, key) are paired in
+Pairing. Requests and replies with the same (gateway, edge, peer, side, key) are paired in
 order: the n-th request with the n-th reply. Where keys are unique (NFP uuids, MemoDB
 and SADA ids) that is exact; DCP keys are the metadata parts, which a client may reuse,
 and DBP has no id at all, so those pair first-come first-served, as their brokers answer.
@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from nfgate.errors import ConfigError
 __all__ = ["COMMANDS_SCHEMA", "analyze", "decode_batches", "segments"]
 
 COMMANDS_SCHEMA = (
-    "ts_ns long, edge string, protocol string, transport string, direction string, peer string, "
+    "ts_ns long, gateway string, edge string, protocol string, transport string, direction string, peer string, "
     "frame_count int, bytes long, dialect string, type string, role string, service string, "
     "key string, status int, error string, preview string"
 )
@@ -48,13 +49,35 @@ PREVIEW_BYTES = 64  # of each frame of a malformed message, as hex, in `preview`
 TOP_PEERS = 100  # peers listed in summary.json (all are in aggregates/peer)
 
 
+_SEGMENT = re.compile(r"([^/]*)/capture-\d{8}T\d{6}-(\d+)-\d+\.parquet$")
+
+
+def gateway_label(segment: str) -> str:
+    """Which gateway run wrote a segment, from its path: ``<directory>:<pid>``
+    (``gw1:4242``). Two gateways' edges share names (``nfp``) and may see peers of the
+    same name, so their messages are told apart by this, never paired together."""
+    found = _SEGMENT.search(segment)
+    if found is None:  # a renamed segment: its directory is all there is to go by
+        parts = segment.rsplit("/", 2)
+        return urllib.parse.unquote(parts[-2] if len(parts) > 1 else "")
+    return f"{urllib.parse.unquote(found.group(1))}:{found.group(2)}"
+
+
 def decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
-    """``mapInArrow`` body: capture record batches in, commands batches out."""
+    """``mapInArrow`` body: capture record batches in, commands batches out. A batch's
+    ``segment`` column (the file it came from) gives ``gateway``; without it, null."""
     import pyarrow as pa
 
     for batch in batches:
         cols = batch.to_pydict()
         out: dict[str, list[Any]] = {name: [] for name in _OUT_NAMES}
+        files = cols.get("segment")
+        labels: dict[str, str] = {}
+        out["gateway"] = (
+            [labels.get(f) or labels.setdefault(f, gateway_label(f)) for f in files]
+            if files is not None
+            else [None] * batch.num_rows
+        )
         for i, frames in enumerate(cols["frames"]):
             frames = frames or []
             row = classify(cols["protocol"][i], cols["transport"][i], frames)
@@ -111,6 +134,7 @@ def analyze(
     storage.prepare_out(dst)
     try:
         from pyspark.sql import SparkSession
+        from pyspark.sql import functions as F
     except ImportError:
         raise ConfigError("analyze needs pyspark: pip install 'nfgate[spark]'") from None
     from nfgate.analysis import queries, report
@@ -143,7 +167,8 @@ def analyze(
         with tempfile.TemporaryDirectory(prefix="nfgate-analyze-") as shipped:
             storage.ship_package(spark, Path(shipped))
             files = storage.segment_uris(spark, src, dst)
-            captured = spark.read.parquet(*files)
+            # Each row's file: which gateway wrote it (gateway_label).
+            captured = spark.read.parquet(*files).select("*", F.col("_metadata.file_path").alias("segment"))
             # Filtered before decoding: Parquet's ts_ns statistics skip whole row groups.
             if since is not None:
                 captured = captured.where(captured.ts_ns >= since)

@@ -28,7 +28,16 @@ def tables(commands: DataFrame) -> dict[str, DataFrame]:
     return {
         "commands": commands,
         "malformed": commands.where(F.col("error").isNotNull()).select(
-            "ts_ns", "edge", "protocol", "transport", "direction", "peer", "frame_count", "error", "preview"
+            "ts_ns",
+            "gateway",
+            "edge",
+            "protocol",
+            "transport",
+            "direction",
+            "peer",
+            "frame_count",
+            "error",
+            "preview",
         ),
         "exchanges": exchanges,
         "aggregates/protocol": _by_protocol(commands, exchanges),
@@ -45,7 +54,7 @@ def _side(request: bool) -> Any:
 
 
 def _exchanges(commands: DataFrame) -> DataFrame:
-    part = ["edge", "peer", "side", "key"]
+    part = ["gateway", "edge", "peer", "side", "key"]
     order = Window.partitionBy(*part).orderBy("ts_ns")
     requests = (
         commands.where(F.col("role") == "request")
@@ -108,7 +117,7 @@ def _by_service(exchanges: DataFrame) -> DataFrame:
 
 def _by_peer(commands: DataFrame) -> DataFrame:
     return (
-        commands.groupBy("edge", "protocol", "peer")
+        commands.groupBy("gateway", "edge", "protocol", "peer")
         .agg(
             F.count("*").alias("messages"),
             F.sum("bytes").alias("bytes"),
@@ -117,7 +126,7 @@ def _by_peer(commands: DataFrame) -> DataFrame:
             F.max("ts_ns").alias("last_ts_ns"),
             F.collect_set("dialect").alias("dialects"),
         )
-        .orderBy(F.desc("messages"), "edge", "peer")
+        .orderBy(F.desc("messages"), "gateway", "edge", "peer")
     )
 
 

@@ -62,7 +62,10 @@ def render(summary: dict[str, Any], plots: dict[str, Any]) -> str:
             ["service", "side", "protocols", "requests", "answered", "errors", "p50_us", "p90_us", "p99_us"],
         ),
         "<h2>Busiest peers</h2>",
-        _table(summary["peers"], ["edge", "protocol", "peer", "dialects", "messages", "bytes", "malformed"]),
+        _table(
+            summary["peers"],
+            ["gateway", "edge", "protocol", "peer", "dialects", "messages", "bytes", "malformed"],
+        ),
         "<h2>Malformed messages</h2>",
         _table(summary["malformed_reasons"], ["protocol", "error", "count"])
         if summary["malformed_reasons"]

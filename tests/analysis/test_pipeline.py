@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from nfgate.analysis.job import analyze, segments
+from nfgate.analysis.job import analyze, gateway_label, segments
 from nfgate.capture import Capture, CaptureConfig
 from nfgate.codecs import dcp, nfp
 from nfgate.errors import ConfigError
@@ -205,3 +205,30 @@ def test_bad_window_times_are_one_line_exit_2(tmp_path: Path) -> None:
         proc = _analyze_cli(str(tmp_path), "--out", str(tmp_path / "out"), *args)
         assert proc.returncode == 2
         assert proc.stderr.strip().splitlines() == [message]
+
+
+def test_two_gateways_with_the_same_edge_peer_and_key_names_are_paired_apart(tmp_path: Path) -> None:
+    """gw1's request is answered after gw2's: paired across gateways by order, each
+    would get the other's reply. Times are the capture's clock, in ns."""
+    request = dcp.encode(dcp.messages.Request(service=b"echo", metadata=(b"k",), data=(b"x",)))
+    reply = dcp.encode(dcp.messages.Reply(metadata=(b"k",), data=(b"x",)))
+    timeline = {"gw1": [(1_000, "in", request), (9_000, "out", reply)], "gw2": [(2_000, "in", request), (3_000, "out", reply)]}
+    for gateway, events in timeline.items():
+        stamps = iter([t for t, _, _ in events])
+        cap = Capture(CaptureConfig(dir=tmp_path / "source" / gateway), clock=stamps.__next__)
+        tap = cap.tap_for("dcp", "dcp", "zmq")
+        for _, direction, frames in events:
+            tap(direction, "client-1", frames)
+        cap.close()
+    summary = analyze(tmp_path / "source", tmp_path / "out", "local[1]")
+    exchanges = table({"out": tmp_path / "out"}, "exchanges")
+    pid = os.getpid()
+    assert sorted((e["gateway"], e["latency_us"]) for e in exchanges) == [(f"gw1:{pid}", 8.0), (f"gw2:{pid}", 1.0)]
+    assert sorted(p["gateway"] for p in summary["peers"]) == [f"gw1:{pid}", f"gw2:{pid}"]
+    assert {r["gateway"] for r in table({"out": tmp_path / "out"}, "commands")} == {f"gw1:{pid}", f"gw2:{pid}"}
+
+
+def test_the_gateway_label_is_the_segments_directory_and_pid() -> None:
+    assert gateway_label("file:///data/caps/gw%201/capture-20261125T120000-4242-00003.parquet") == "gw 1:4242"
+    assert gateway_label("hdfs://nn/caps/capture-20261125T120000-7-00001.parquet") == "caps:7"
+    assert gateway_label("file:///data/caps/gw2/capture-old.parquet") == "gw2"  # renamed: the directory
