@@ -23,6 +23,7 @@ and DBP has no id at all, so those pair first-come first-served, as their broker
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import tempfile
@@ -52,6 +53,7 @@ TOP_PEERS = 100  # peers listed in summary.json (all are in aggregates/peer)
 _SEGMENT = re.compile(r"([^/]*)/capture-\d{8}T\d{6}-(\d+)-\d+\.parquet$")
 
 
+@functools.lru_cache(maxsize=4096)  # one segment's rows share its label
 def gateway_label(segment: str) -> str:
     """Which gateway run wrote a segment, from its path: ``<directory>:<pid>``
     (``gw1:4242``). Two gateways' edges share names (``nfp``) and may see peers of the
@@ -72,12 +74,7 @@ def decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
         cols = batch.to_pydict()
         out: dict[str, list[Any]] = {name: [] for name in _OUT_NAMES}
         files = cols.get("segment")
-        labels: dict[str, str] = {}
-        out["gateway"] = (
-            [labels.get(f) or labels.setdefault(f, gateway_label(f)) for f in files]
-            if files is not None
-            else [None] * batch.num_rows
-        )
+        out["gateway"] = [gateway_label(f) for f in files] if files is not None else [None] * batch.num_rows
         for i, frames in enumerate(cols["frames"]):
             frames = frames or []
             row = classify(cols["protocol"][i], cols["transport"][i], frames)
@@ -125,8 +122,8 @@ def analyze(
     if since is not None and until is not None and since >= until:
         raise ConfigError("analyze: --since must be before --until")
     src, dst = storage.location(source), storage.location(out)
-    if src.local is not None:
-        segments(src.local)  # fails before a JVM starts
+    # A local source is listed before a JVM starts; a URI only Spark can reach.
+    local = segments(src.local) if src.local is not None else None
     if not MASTER.fullmatch(master):
         raise ConfigError(
             f"analyze: --master must be local[*], local[N], yarn, spark://HOST:PORT or k8s://URL, got {master!r}"
@@ -166,7 +163,8 @@ def analyze(
     try:
         with tempfile.TemporaryDirectory(prefix="nfgate-analyze-") as shipped:
             storage.ship_package(spark, Path(shipped))
-            files = storage.segment_uris(spark, src, dst)
+            storage.create_out(spark, dst)
+            files = [p.as_uri() for p in local] if local is not None else storage.uri_segments(spark, src.uri)
             # Each row's file: which gateway wrote it (gateway_label).
             captured = spark.read.parquet(*files).select("*", F.col("_metadata.file_path").alias("segment"))
             # Filtered before decoding: Parquet's ts_ns statistics skip whole row groups.

@@ -30,7 +30,16 @@ import attrs
 import nfgate
 from nfgate.errors import ConfigError
 
-__all__ = ["Location", "location", "prepare_out", "segment_uris", "segments", "ship_package", "write_text"]
+__all__ = [
+    "Location",
+    "create_out",
+    "location",
+    "prepare_out",
+    "segments",
+    "ship_package",
+    "uri_segments",
+    "write_text",
+]
 
 URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 SEGMENT = "capture-*.parquet"
@@ -69,7 +78,7 @@ def segments(source: Path) -> list[Path]:
 
 def prepare_out(out: Location) -> None:
     """Create a local ``out`` and check it is writable; raises :class:`ConfigError`.
-    A URI ``out`` is created by :func:`segment_uris`, once Spark runs."""
+    A URI ``out`` is created by :func:`create_out`, once Spark runs."""
     if out.local is None:
         return
     try:
@@ -80,28 +89,32 @@ def prepare_out(out: Location) -> None:
         raise ConfigError(f"analyze: {out.local} is not writable")
 
 
-def segment_uris(spark: Any, source: Location, out: Location) -> list[str]:
-    """The segments' URIs, listed through Spark's filesystem layer for a URI source;
-    also creates a URI ``out``. Raises :class:`ConfigError` (one line) for a source
-    that cannot be listed or holds no segment, and an ``out`` that cannot be created."""
-    if out.local is None:
-        with _hadoop(out.uri, "create"):
-            fs, path = _fs(spark, out.uri)
-            fs.mkdirs(path)
-    if source.local is not None:
-        return [p.as_uri() for p in segments(source.local)]
+def create_out(spark: Any, out: Location) -> None:
+    """Create a URI ``out`` through Spark's filesystem layer (a local one is made by
+    :func:`prepare_out`); raises :class:`ConfigError` (one line) when it cannot be."""
+    if out.local is not None:
+        return
+    with _hadoop(out.uri, "create"):
+        fs, path = _fs(spark, out.uri)
+        fs.mkdirs(path)
+
+
+def uri_segments(spark: Any, source: str) -> list[str]:
+    """The closed capture segments under the URI ``source``, listed through Spark's
+    filesystem layer, subdirectories included; raises :class:`ConfigError` (one line)
+    for a source that cannot be listed or holds no segment."""
     found: list[str] = []
-    with _hadoop(source.uri, "read"):
-        fs, root = _fs(spark, source.uri)
+    with _hadoop(source, "read"):
+        fs, root = _fs(spark, source)
         if not fs.getFileStatus(root).isDirectory():
-            raise ConfigError(f"analyze: {source.uri} is not a directory")
+            raise ConfigError(f"analyze: {source} is not a directory")
         files = fs.listFiles(root, True)  # recursive, files only
         while files.hasNext():
             path = files.next().getPath()
             if fnmatch.fnmatchcase(path.getName(), SEGMENT):
                 found.append(path.toString())
     if not found:
-        raise ConfigError(f"analyze: no capture segments ({SEGMENT}) in {source.uri}")
+        raise ConfigError(f"analyze: no capture segments ({SEGMENT}) in {source}")
     return sorted(found)
 
 

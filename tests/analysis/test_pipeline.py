@@ -212,7 +212,10 @@ def test_two_gateways_with_the_same_edge_peer_and_key_names_are_paired_apart(tmp
     would get the other's reply. Times are the capture's clock, in ns."""
     request = dcp.encode(dcp.messages.Request(service=b"echo", metadata=(b"k",), data=(b"x",)))
     reply = dcp.encode(dcp.messages.Reply(metadata=(b"k",), data=(b"x",)))
-    timeline = {"gw1": [(1_000, "in", request), (9_000, "out", reply)], "gw2": [(2_000, "in", request), (3_000, "out", reply)]}
+    timeline = {
+        "gw1": [(1_000, "in", request), (9_000, "out", reply)],
+        "gw2": [(2_000, "in", request), (3_000, "out", reply)],
+    }
     for gateway, events in timeline.items():
         stamps = iter([t for t, _, _ in events])
         cap = Capture(CaptureConfig(dir=tmp_path / "source" / gateway), clock=stamps.__next__)
@@ -223,9 +226,15 @@ def test_two_gateways_with_the_same_edge_peer_and_key_names_are_paired_apart(tmp
     summary = analyze(tmp_path / "source", tmp_path / "out", "local[1]")
     exchanges = table({"out": tmp_path / "out"}, "exchanges")
     pid = os.getpid()
-    assert sorted((e["gateway"], e["latency_us"]) for e in exchanges) == [(f"gw1:{pid}", 8.0), (f"gw2:{pid}", 1.0)]
+    assert sorted((e["gateway"], e["latency_us"]) for e in exchanges) == [
+        (f"gw1:{pid}", 8.0),
+        (f"gw2:{pid}", 1.0),
+    ]
     assert sorted(p["gateway"] for p in summary["peers"]) == [f"gw1:{pid}", f"gw2:{pid}"]
-    assert {r["gateway"] for r in table({"out": tmp_path / "out"}, "commands")} == {f"gw1:{pid}", f"gw2:{pid}"}
+    assert {r["gateway"] for r in table({"out": tmp_path / "out"}, "commands")} == {
+        f"gw1:{pid}",
+        f"gw2:{pid}",
+    }
 
 
 def test_the_gateway_label_is_the_segments_directory_and_pid() -> None:
