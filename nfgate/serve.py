@@ -90,18 +90,17 @@ def build(cfg: ServeConfig, context: zmq.Context[zmq.Socket[bytes]], wake_fd: in
     for edge in edges:
         edge.attach(gateway)
     if cfg.capture is not None:
+        capture: Capture | None = None
         try:
             capture = Capture(cfg.capture)
+            capture.attach(edges)  # a capture.edges name no edge has: ConfigError
         except NfgateError:
+            if capture is not None:
+                capture.close()
             gateway.close()
             raise
         # Closed after the edges (the closers run after them): their last sends are in it.
         gateway.on_close(capture.close)
-        try:
-            capture.attach(edges)
-        except NfgateError:
-            gateway.close()
-            raise
         gateway.extra_stats["capture"] = capture.stats
         which = f" (edges {', '.join(cfg.capture.edges)})" if cfg.capture.edges else ""
         log.info("capturing to %s%s", cfg.capture.dir, which)
