@@ -23,21 +23,19 @@ and DBP has no id at all, so those pair first-come first-served, as their broker
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import tempfile
-import urllib.parse
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from nfgate.analysis import storage
 from nfgate.analysis.classify import classify
-from nfgate.analysis.storage import segments
+from nfgate.analysis.storage import gateway_label, segments
 from nfgate.errors import ConfigError
 
-__all__ = ["COMMANDS_SCHEMA", "analyze", "decode_batches", "segments"]
+__all__ = ["COMMANDS_SCHEMA", "analyze", "decode_batches", "gateway_label", "segments"]
 
 COMMANDS_SCHEMA = (
     "ts_ns long, gateway string, edge string, protocol string, transport string, direction string, peer string, "
@@ -48,21 +46,6 @@ MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|yarn|(spark|k8s)://\S+")
 """The master URLs Spark accepts (its own check comes only after a JVM has started)."""
 PREVIEW_BYTES = 64  # of each frame of a malformed message, as hex, in `preview`
 TOP_PEERS = 100  # peers listed in summary.json (all are in aggregates/peer)
-
-
-_SEGMENT = re.compile(r"([^/]*)/capture-\d{8}T\d{6}-(\d+)-\d+\.parquet$")
-
-
-@functools.lru_cache(maxsize=4096)  # one segment's rows share its label
-def gateway_label(segment: str) -> str:
-    """Which gateway run wrote a segment, from its path: ``<directory>:<pid>``
-    (``gw1:4242``). Two gateways' edges share names (``nfp``) and may see peers of the
-    same name, so their messages are told apart by this, never paired together."""
-    found = _SEGMENT.search(segment)
-    if found is None:  # a renamed segment: its directory is all there is to go by
-        parts = segment.rsplit("/", 2)
-        return urllib.parse.unquote(parts[-2] if len(parts) > 1 else "")
-    return f"{urllib.parse.unquote(found.group(1))}:{found.group(2)}"
 
 
 def decode_batches(batches: Iterator[Any]) -> Iterator[Any]:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import os
 import re
+import urllib.parse
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +35,7 @@ from nfgate.errors import ConfigError
 __all__ = [
     "Location",
     "create_out",
+    "gateway_label",
     "location",
     "prepare_out",
     "segments",
@@ -45,6 +48,20 @@ URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 SEGMENT = "capture-*.parquet"
 """The closed segments' names (nfgate.capture); ``.partial`` segments have no footer
 yet, and Spark's own ``part-*.parquet`` (an ``--out`` inside the source) are not captures."""
+
+_SEGMENT_PATH = re.compile(r"([^/]*)/capture-\d{8}T\d{6}-(\d+)-\d+\.parquet$")
+
+
+@functools.lru_cache(maxsize=4096)  # one segment's rows share its label
+def gateway_label(segment: str) -> str:
+    """Which gateway run wrote a segment, from its path: ``<directory>:<pid>``
+    (``gw1:4242``). Two gateways' edges share names (``nfp``) and may see peers of the
+    same name, so their messages are told apart by this, never paired together."""
+    found = _SEGMENT_PATH.search(segment)
+    if found is None:  # a renamed segment: its directory is all there is to go by
+        parts = segment.rsplit("/", 2)
+        return urllib.parse.unquote(parts[-2] if len(parts) > 1 else "")
+    return f"{urllib.parse.unquote(found.group(1))}:{found.group(2)}"
 
 
 @attrs.frozen
