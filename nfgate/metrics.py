@@ -8,8 +8,9 @@ therefore at most a second old and costs the loop nothing.
 Names: ``nfgate_core_<counter>_total`` for the routing core's counters,
 ``nfgate_core_<gauge>`` for its gauges (workers, jobs, queued, in_flight), and
 ``nfgate_edge_events_total{edge, protocol, event}`` for what each edge counts (bad input,
-unroutable sends, ...), and ``nfgate_edge_messages_total{edge, protocol, direction}`` and
-``nfgate_edge_message_failures_total{...}`` for the messages each edge moved.
+unroutable sends, ...), ``nfgate_edge_<gauge>{edge, protocol}`` for what an edge holds
+now (:data:`EDGE_GAUGES`), and ``nfgate_edge_messages_total{edge, protocol, direction}``
+and ``nfgate_edge_message_failures_total{...}`` for the messages each edge moved.
 """
 
 from __future__ import annotations
@@ -22,11 +23,20 @@ from urllib.parse import urlsplit
 
 from nfgate.errors import ConfigError, TransportError
 
-__all__ = ["GAUGES", "MetricsServer", "parse_url", "render"]
+__all__ = ["EDGE_GAUGES", "GAUGES", "MetricsServer", "parse_url", "render"]
 
 log = logging.getLogger("nfgate.metrics")
 
 GAUGES = frozenset({"workers", "jobs", "queued", "in_flight"})
+# What an edge's stats() holds that goes down as well as up: a gauge, not an event count
+# (a counter that falls reads as a restart to Prometheus's rate()).
+EDGE_GAUGES = {
+    "workers": "Workers registered on the edge.",
+    "servers": "SADA servers known to the channel.",
+    "services": "DBP services registered.",
+    "jobs_live": "NFP jobs accepted and not yet finished.",
+    "peers": "Peers whose dialect or session the edge remembers (bounded; the oldest clients are forgotten).",
+}
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 Snapshot = Mapping[str, Mapping[str, int]]
@@ -59,8 +69,15 @@ def render(snapshot: Snapshot, protocols: Mapping[str, str], uptime_s: float) ->
         "# HELP nfgate_edge_events_total Events counted by each edge (bad input, unroutable sends, ...).",
         "# TYPE nfgate_edge_events_total counter",
     ]
+    held: dict[str, list[str]] = {}
     for labels, event, value in _per_edge(snapshot, "edge:", protocols):
-        lines.append(f'nfgate_edge_events_total{{{labels},event="{_label(event)}"}} {value}')
+        if event in EDGE_GAUGES:
+            held.setdefault(event, []).append(f"nfgate_edge_{event}{{{labels}}} {value}")
+        else:
+            lines.append(f'nfgate_edge_events_total{{{labels},event="{_label(event)}"}} {value}')
+    for gauge, samples in sorted(held.items()):
+        metric = f"nfgate_edge_{gauge}"
+        lines += [f"# HELP {metric} {EDGE_GAUGES[gauge]}", f"# TYPE {metric} gauge", *samples]
     # One family after the other: the text format wants each family's samples together.
     for metric, help_text, keys in _TRAFFIC:
         lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter"]

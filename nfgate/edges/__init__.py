@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 import attrs
 import zmq
@@ -27,7 +27,16 @@ from nfgate.transports.zmq import Limits, RouterEndpoint, identity_label
 if TYPE_CHECKING:
     from nfgate.gateway import Gateway
 
-__all__ = ["BeatCounts", "Edge", "EdgeSettings", "RouterEdge", "Traffic", "WireCounts", "peer_label"]
+__all__ = [
+    "BeatCounts",
+    "Edge",
+    "EdgeSettings",
+    "RouterEdge",
+    "Traffic",
+    "WireCounts",
+    "forget_oldest",
+    "peer_label",
+]
 
 log = logging.getLogger("nfgate.edge")
 
@@ -41,6 +50,26 @@ class WireCodec(Protocol):
 
 
 PEER_CACHE = 100_000  # cached Peer/ServiceRef objects per edge; the cache is reset beyond it
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def forget_oldest(records: OrderedDict[K, V], limit: int, keep: Callable[[K, V], bool]) -> None:
+    """Forget the oldest of ``records`` until at most ``limit`` are left, passing over
+    those ``keep`` protects (a worker's, a server's): each one passed over moves to the
+    newest end. Left first in line, one long-lived worker would stop every later call
+    from forgetting anything, and the records of a broker whose clients come and go
+    (a new identity per connection) would grow for as long as it runs. The newest
+    record is never forgotten, and one call looks at each record once at most."""
+    for _ in range(len(records) - 1):
+        if len(records) <= limit:
+            return
+        key, value = next(iter(records.items()))
+        if keep(key, value):
+            records.move_to_end(key)
+        else:
+            del records[key]
 
 
 class EdgeSettings:

@@ -51,7 +51,7 @@ from nfgate.codecs.dbp.session import (
     request_envelope,
     step,
 )
-from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, WireCounts
+from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, WireCounts, forget_oldest
 from nfgate.edges.dbp_catalog import ServiceCache, answer
 from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, option_address
 from nfgate.errors import DecodeError, EncodeError, TransportError
@@ -216,9 +216,7 @@ class DbpEdge(RouterEdge):
         if address not in dialects:
             dialects[address] = dialect
             if len(dialects) > MAX_PEERS:
-                oldest = next(iter(dialects))
-                if oldest not in self._services:
-                    del dialects[oldest]
+                forget_oldest(dialects, MAX_PEERS, lambda a, _: a in self._services)
 
     def _on_message(
         self, address: bytes, message: Message, dialect: str, now: int, out: list[Command]
@@ -587,6 +585,7 @@ class DbpEdge(RouterEdge):
     def stats(self) -> dict[str, int]:
         stats = super().stats()
         stats["services"] = len(self._services)
+        stats["peers"] = len(self._dialects)
         if self.udp is not None:
             stats["udp_send_errors"] = self.udp.send_errors
         return stats

@@ -31,7 +31,7 @@ from nfgate.codecs.dcp.messages import Pong, Reconnect, Registration
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.dcp.session import Action, PeerState, step
-from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec
+from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, forget_oldest
 from nfgate.errors import EncodeError
 from nfgate.model import (
     Command,
@@ -104,9 +104,7 @@ class DcpEdge(RouterEdge):
         if dialects.get(address) != dialect:
             dialects[address] = dialect
             if len(dialects) > MAX_PEERS:
-                oldest = next(iter(dialects))
-                if oldest not in self._workers:
-                    del dialects[oldest]
+                forget_oldest(dialects, MAX_PEERS, lambda a, _: a in self._workers)
 
     def _on_message(self, address: bytes, message: Message, dialect: str, out: list[Command]) -> None:
         worker = self._workers.get(address)
@@ -288,6 +286,12 @@ class DcpEdge(RouterEdge):
 
     def drain(self, now_ms: int) -> None:
         self.send_queued()
+
+    def stats(self) -> dict[str, int]:
+        stats = super().stats()
+        stats["workers"] = len(self._workers)
+        stats["peers"] = len(self._dialects)
+        return stats
 
 
 def make(settings: EdgeSettings, *, store: JobStore) -> DcpEdge:

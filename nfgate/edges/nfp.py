@@ -43,7 +43,7 @@ from nfgate.codecs.nfp.messages import (
     Stream,
 )
 from nfgate.codecs.nfp.session import Action, PeerState, step
-from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, peer_label
+from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, forget_oldest, peer_label
 from nfgate.edges.kinds import NORFAB_WORKER_CAPACITY
 from nfgate.edges.nfp_jobs import NfpJobs
 from nfgate.edges.nfp_services import NfpOptions, NfpServices
@@ -159,9 +159,7 @@ class NfpEdge(RouterEdge):
         if p is None:
             p = self._peers[address] = _Peer(dialect)
             if len(self._peers) > MAX_PEERS:
-                oldest, old = next(iter(self._peers.items()))
-                if old.state is not PeerState.WORKER:
-                    del self._peers[oldest]
+                forget_oldest(self._peers, MAX_PEERS, lambda _, old: old.state is PeerState.WORKER)
         p.dialect = dialect
         p.seen = now_ms
         return p
@@ -406,6 +404,7 @@ class NfpEdge(RouterEdge):
     def stats(self) -> dict[str, int]:
         stats = super().stats()
         stats["workers"] = len(self._workers)
+        stats["peers"] = len(self._peers)
         stats["jobs_live"] = self.jobs.live
         return stats
 

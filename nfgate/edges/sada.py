@@ -32,7 +32,7 @@ from nfgate.codecs import sada as wire
 from nfgate.codecs._base import Message
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.codecs.sada.session import Action, ChannelState, channel_step, piran_evidence, request_id
-from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, peer_label
+from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, forget_oldest, peer_label
 from nfgate.edges.sada_common import (
     DEFAULT_PROTO,
     WireCache,
@@ -130,9 +130,7 @@ class SadaChannelEdge(RouterEdge):
                 dialect = "piran"
             p = self._peers[address] = _Peer(dialect)
             if len(self._peers) > MAX_PEERS:
-                oldest, old = next(iter(self._peers.items()))
-                if old.state is not ChannelState.SERVER:
-                    del self._peers[oldest]
+                forget_oldest(self._peers, MAX_PEERS, lambda _, old: old.state is ChannelState.SERVER)
         # Only a REP's status differs between dialects, and a REP answers a REQ: without
         # an ip:port identity, a client's first REQ settles it (PIRAN's Darbaan ids).
         if p.dialect == "auto" and isinstance(message, Req):
@@ -373,6 +371,7 @@ class SadaChannelEdge(RouterEdge):
     def stats(self) -> dict[str, int]:
         stats = super().stats()
         stats["servers"] = len(self._servers)
+        stats["peers"] = len(self._peers)
         return stats
 
 

@@ -25,6 +25,26 @@ def test_counters_gauges_and_edge_events_render_as_prometheus_text() -> None:
     assert page.endswith("\n")
 
 
+def test_what_an_edge_holds_renders_as_a_gauge_not_as_an_event_count() -> None:
+    # workers, peers ... go down as well as up: as counters, Prometheus's rate() would
+    # read every fall as a restart.
+    snapshot = {
+        "edge:nfp": {"workers": 2, "peers": 7, "jobs_live": 1, "undecodable": 4},
+        "edge:dcp": {"peers": 3},
+    }
+    lines = render(snapshot, {"nfp": "nfp", "dcp": "dcp"}, 1.0).splitlines()
+    assert "# TYPE nfgate_edge_peers gauge" in lines
+    assert lines.count("# TYPE nfgate_edge_peers gauge") == 1  # one family, both edges' samples under it
+    start = lines.index("# TYPE nfgate_edge_peers gauge")
+    assert lines[start + 1 : start + 3] == [
+        'nfgate_edge_peers{edge="dcp",protocol="dcp"} 3',
+        'nfgate_edge_peers{edge="nfp",protocol="nfp"} 7',
+    ]
+    assert 'nfgate_edge_workers{edge="nfp",protocol="nfp"} 2' in lines
+    assert 'nfgate_edge_jobs_live{edge="nfp",protocol="nfp"} 1' in lines
+    assert not [line for line in lines if "event=" in line and "undecodable" not in line]
+
+
 def test_an_empty_snapshot_still_renders() -> None:
     assert render({}, {}, 0.0).startswith("# HELP nfgate_uptime_seconds")
 

@@ -22,6 +22,7 @@ from nfgate.codecs.dcp.messages import Registration as DcpRegistration
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, Keepalive, Post, Response
+from nfgate.edges import dbp as dbp_edge
 from nfgate.edges.dbp import DbpEdge
 
 from .conftest import RECV_MS, Running, beats, finish, nothing, recv, start_gateway, until
@@ -713,3 +714,23 @@ def test_curve_on_the_dbp_router(tmp_path: Path) -> None:
         assert nothing(plain, 500)
     finally:
         finish(running)
+
+
+def test_peer_dialects_stay_bounded_behind_a_long_lived_service(
+    gw: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Hermes service's record is the oldest: the bound must pass over it and forget
+    # the clients, or every client after the bound would be kept for as long as it runs.
+    monkeypatch.setattr(dbp_edge, "MAX_PEERS", 4)
+    service = hermes_req(gw)
+    service.send_multipart([b"UwU", f32(now()), b'{"name":"kept"}'])
+    assert service.recv_multipart()[0] == b"OwO"
+    for _ in range(12):
+        client = gw.dealer("dbp")
+        assert info(gw, "kept", client)["name"] == "kept"
+        client.close(0)
+    stats = edge(gw).stats()
+    assert stats["services"] == 1 and stats["peers"] <= 4
+    # Its dialect was kept: the Hermes UPDATE is answered the Hermes way.
+    service.send_multipart([b"UoU", f32(now()), b'{"topics":["a"]}'])
+    assert service.recv_multipart()[0] == b"u.u"

@@ -9,6 +9,7 @@ import zmq
 
 from nfgate.codecs import dcp
 from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Reply, Request
+from nfgate.edges import dcp as dcp_edge
 
 from .conftest import Running, beats, finish, nothing, recv, start_gateway, until
 
@@ -178,3 +179,29 @@ def test_a_bug_in_one_edges_flush_is_counted_and_the_loop_goes_on(
     finally:
         running.gateway.internal_errors -= 1  # the one provoked; finish() asserts none other
         finish(running)
+
+
+def test_client_records_stay_bounded_behind_a_long_lived_worker(
+    gw: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker registers first, so its record is the oldest: the bound must pass over
+    # it and forget clients, or every client after the bound would be kept for ever.
+    monkeypatch.setattr(dcp_edge, "MAX_PEERS", 4)
+    w = worker(gw, b"echo", "dagbox")  # its dialect is its record: forgotten, it would get spec frames
+
+    def one_request(i: int) -> None:
+        client = gw.dealer("dcp")
+        send(client, Request(service=b"echo", metadata=(b"%d" % i,), data=(b"x",)))
+        request = dcp.decode(recv(w), "dagbox")
+        assert isinstance(request, Request)
+        w.send_multipart(
+            dcp.encode(Reply(client=request.client, metadata=request.metadata, data=(b"y",)), "dagbox")
+        )
+        assert get(client) == Reply(client=None, metadata=(b"%d" % i,), data=(b"y",))
+        client.close(0)
+
+    for i in range(12):
+        one_request(i)
+    stats = gw.gateway.edges["dcp"].stats()
+    assert stats["workers"] == 1 and stats["peers"] <= 4
+    one_request(12)  # the worker is still served in its own dialect

@@ -28,6 +28,7 @@ from nfgate.codecs.nfp.messages import (
     Ready,
     Response,
 )
+from nfgate.edges import nfp as nfp_edge
 from nfgate.store import JobStore
 
 from .conftest import Running, beats, finish, recv, start_gateway, until
@@ -576,3 +577,28 @@ def test_a_failed_fsync_refuses_the_batch_and_every_later_job(
         assert quiet(w)  # the refused jobs were taken out of the queue
     finally:
         finish(running)
+
+
+def test_client_records_stay_bounded_behind_a_long_lived_worker(
+    gw: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker's record is the oldest: the bound must pass over it and forget clients,
+    # or every client after the bound would be kept for as long as the broker runs.
+    monkeypatch.setattr(nfp_edge, "MAX_PEERS", 4)
+    w = spec_worker(gw, "echo", b"w1")
+
+    def one_job(i: int) -> None:
+        client = gw.dealer("nfp")
+        job = post(client, "echo", b"%d" % i)
+        assert get(client).status == 202  # type: ignore[attr-defined]
+        dispatched = get(w)
+        assert isinstance(dispatched, Post) and dispatched.uuid == job
+        send(w, Response(header=WORKER, service="echo", uuid=job, status=200, body=(b"%d" % i,)))
+        assert get(client) == Response(header=BROKER, service="echo", uuid=job, status=200, body=(b"%d" % i,))
+        client.close(0)
+
+    for i in range(12):
+        one_job(i)
+    stats = gw.gateway.edges["nfp"].stats()
+    assert stats["workers"] == 1 and stats["peers"] <= 4
+    one_job(12)  # the worker's record was kept: it is still a worker, not a stranger

@@ -17,6 +17,7 @@ from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, Keepalive, Post, Response
 from nfgate.codecs.sada.messages import PROTO_ASCII, PROTO_BYTE, Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.config import load
+from nfgate.edges import sada as sada_edge
 from nfgate.edges.sada_common import resolve_port
 from nfgate.errors import ConfigError
 from nfgate.model import ServiceRef
@@ -520,3 +521,25 @@ def test_server_edge_reaches_a_channel_whatever_its_identity(tmp_path: Path) -> 
         finish(gw)
         sock.close(0)
         context.term()
+
+
+def test_client_records_stay_bounded_behind_a_long_lived_server(
+    gw: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server's record is the oldest: the bound must pass over it and forget clients.
+    monkeypatch.setattr(sada_edge, "MAX_PEERS", 4)
+    s = server(gw, ("calc", "1"))
+
+    def one_request(i: int) -> None:
+        client = gw.dealer("sada")
+        send(client, req(f"client-{i}", "calc", payload=b"%d" % i))
+        answer(s, b"!")
+        rep = get(client)
+        assert isinstance(rep, Rep) and rep.request_id == f"client-{i}" and rep.payload == b"%d!" % i
+        client.close(0)
+
+    for i in range(12):
+        one_request(i)
+    stats = gw.gateway.edges["sada"].stats()
+    assert stats["servers"] == 1 and stats["peers"] <= 4
+    one_request(12)  # the server's record was kept: it still serves
