@@ -73,7 +73,7 @@ JOB_RETENTION_S = 86_400  # a day: a client GETs its result long before that
 DEFAULT_METRICS = "http://127.0.0.1:9464"
 _EDGE_KEYS = {"enabled", "bind", "heartbeat_ms", "liveness"}
 _ROUTING_KEYS = {"queue_expiry_ms", "max_redispatch", "max_queue_per_service", "max_in_flight_per_worker"}
-_LIMIT_KEYS = {"max_message_bytes", "max_frames", "high_water_mark"}
+_LIMIT_KEYS = {"max_message_bytes", "max_frames", "high_water_mark", "max_peers"}
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -242,6 +242,7 @@ def load(
         max_message_bytes=_int(limits, "max_message_bytes", "limits", lim.max_message_bytes, 1),
         max_frames=_int(limits, "max_frames", "limits", lim.max_frames, 1),
         high_water_mark=_int(limits, "high_water_mark", "limits", lim.high_water_mark, 1),
+        max_peers=_int(limits, "max_peers", "limits", lim.max_peers, 1),
     )
     configured = path_option(gateway.get("data_dir"), "gateway.data_dir", base)
     capture = _capture(

@@ -44,12 +44,15 @@ class Limits:
 
     ``max_message_bytes`` is ZMQ_MAXMSGSIZE: libzmq drops the connection of a peer that
     sends a larger frame, before any byte of it reaches Python. ``max_frames`` is
-    checked per message by :meth:`RouterEndpoint.recv`.
+    checked per message by :meth:`RouterEndpoint.recv`. ``max_peers`` is read by the
+    edge on the socket: the peers whose records (dialect, session) it keeps; beyond it
+    the oldest clients' are forgotten, never a worker's (:func:`nfgate.edges.forget_oldest`).
     """
 
     max_message_bytes: int = 64 * 1024 * 1024
     max_frames: int = 64
     high_water_mark: int = 100_000
+    max_peers: int = 100_000
 
 
 class RouterEndpoint:

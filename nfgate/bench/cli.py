@@ -38,10 +38,11 @@ def _paths(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str,
 @click.command()
 @click.option(
     "--scenario",
-    type=click.Choice(["relay", "cross", "idle", "path", "analyze", "all"]),
+    type=click.Choice(["relay", "cross", "idle", "path", "churn", "analyze", "all"]),
     default="all",
     show_default=True,
-    help="all = relay, cross, idle and path; analyze (the capture pipeline) needs the spark extra and Java.",
+    help="all = relay, cross, idle and path; churn (memory while clients come and go) and analyze "
+    "(the capture pipeline, needs the spark extra and Java) run only when named.",
 )
 @click.option(
     "--duration",
@@ -106,6 +107,20 @@ def _paths(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str,
     help="Workers in the idle scenario.",
 )
 @click.option(
+    "--churn-clients",
+    type=click.IntRange(100, 10_000_000),
+    default=20_000,
+    show_default=True,
+    help="Clients in the churn scenario, each a new DEALER with one request.",
+)
+@click.option(
+    "--max-peers",
+    type=click.IntRange(1, 10_000_000),
+    default=5_000,
+    show_default=True,
+    help="nfgate's [limits] max_peers in the churn scenario (below --churn-clients: the run passes the bound).",
+)
+@click.option(
     "--records",
     type=click.IntRange(8, 100_000_000),
     default=1_000_000,
@@ -130,6 +145,8 @@ def bench(
     brokers: tuple[str, ...],
     paths: tuple[str, ...],
     idle_workers: int,
+    churn_clients: int,
+    max_peers: int,
     records: int,
     master: str,
     out: Path | None,
@@ -141,7 +158,7 @@ def bench(
     is killed on exit. Progress goes to stderr, results to stdout (one JSON object per
     line).
     """
-    from nfgate.bench import cross, path, runner
+    from nfgate.bench import churn, cross, path, runner
 
     settings = Settings(
         duration=duration,
@@ -169,6 +186,11 @@ def bench(
         if scenario in ("path", "all"):
             progress("bench: measuring the dcp, nfp and norfab paths in process (no sockets)")
             objects.append(path.path(size=size))
+        if scenario == "churn":
+            # Brokers named with --brokers, else the four that matter here (churn.CHURN_BROKERS).
+            named = click.get_current_context().get_parameter_source("brokers")
+            chosen = brokers if named is not click.core.ParameterSource.DEFAULT else churn.CHURN_BROKERS
+            objects.append(churn.churn(chosen, churn_clients, max_peers, size, progress))
         if scenario == "analyze":
             from nfgate.bench.analysis import analysis
 

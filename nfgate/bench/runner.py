@@ -75,9 +75,10 @@ def _python_module(module: str, *args: str) -> list[str]:
     return ["-m", module, *args]
 
 
-def start_broker(name: str, kids: list[Child], workdir: str) -> tuple[Child, str]:
+def start_broker(name: str, kids: list[Child], workdir: str, extra_toml: str = "") -> tuple[Child, str]:
     """Start broker ``name`` (one of :data:`BROKERS`); return it and its client/worker
-    endpoint. Raises :class:`ChildError` if it does not come up."""
+    endpoint. ``extra_toml`` goes into nfgate's configuration file (the reference
+    brokers have none). Raises :class:`ChildError` if it does not come up."""
     # The reference brokers each print "... listening on URL" on stderr.
     reference = {
         "raw": ("raw relay", _python_module("nfgate.bench.relay")),
@@ -91,9 +92,9 @@ def start_broker(name: str, kids: list[Child], workdir: str) -> tuple[Child, str
     # nfgate serve with its NFP and DCP edges only, on free ports, a fresh job store.
     others = [f"--no-{kind}" for kind in KINDS if kind not in ("nfp", "dcp")]
     nofsync = name.endswith("-nofsync")
-    if nofsync:
-        config = Path(workdir) / "nofsync.toml"
-        config.write_text(NO_FSYNC)
+    if nofsync or extra_toml:
+        config = Path(workdir) / "nfgate.toml"
+        config.write_text((NO_FSYNC if nofsync else "") + extra_toml)
         others += ["--config", str(config)]
     capture = name.endswith("-capture")
     if capture:

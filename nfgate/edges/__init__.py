@@ -49,8 +49,6 @@ class WireCodec(Protocol):
     def decode(self, frames: list[bytes], dialect: str) -> Message: ...
 
 
-PEER_CACHE = 100_000  # cached Peer/ServiceRef objects per edge; the cache is reset beyond it
-
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -157,6 +155,9 @@ class Edge(abc.ABC):
         self.url = settings.url
         self.counters: Counter[str] = Counter()
         self.bad_inputs = 0  # every bad_input() call, whatever its counter
+        # Peers whose records this edge keeps ([limits] max_peers): the Peer and
+        # ServiceRef caches are reset beyond it, the protocol edges' records trimmed.
+        self.max_peers = settings.limits.max_peers
         self._gateway: Gateway | None = None
         self._peers_seen: dict[bytes, Peer] = {}
         self._services_seen: dict[str, ServiceRef] = {}
@@ -188,7 +189,7 @@ class Edge(abc.ABC):
             return Peer(edge=self.name, protocol=self.protocol, address=address, sub=sub)
         peer = self._peers_seen.get(address)
         if peer is None:
-            if len(self._peers_seen) >= PEER_CACHE:
+            if len(self._peers_seen) >= self.max_peers:
                 self._peers_seen.clear()
             peer = self._peers_seen[address] = Peer(edge=self.name, protocol=self.protocol, address=address)
         return peer
@@ -197,7 +198,7 @@ class Edge(abc.ABC):
         """A cached :class:`ServiceRef` for a service name seen on the wire."""
         ref = self._services_seen.get(name)
         if ref is None:
-            if len(self._services_seen) >= PEER_CACHE:
+            if len(self._services_seen) >= self.max_peers:
                 self._services_seen.clear()
             ref = self._services_seen[name] = ServiceRef(name=name)
         return ref

@@ -64,7 +64,6 @@ __all__ = ["DbpEdge", "make"]
 
 log = logging.getLogger("nfgate.edge.dbp")
 
-MAX_PEERS = 100_000  # peer dialects remembered; the oldest non-services are forgotten beyond it
 MAX_SERVICES = 10_000  # registered at once; beyond it a registration is DENIED
 MAX_PENDING = 1_000  # info requests one peer may have unanswered (they are answered at once)
 WORKER_PREFIX = "dbp-"  # worker names the core and NFP clients see: dbp-<service name>
@@ -215,8 +214,8 @@ class DbpEdge(RouterEdge):
         dialects = self._dialects
         if address not in dialects:
             dialects[address] = dialect
-            if len(dialects) > MAX_PEERS:
-                forget_oldest(dialects, MAX_PEERS, lambda a, _: a in self._services)
+            if len(dialects) > self.max_peers:
+                forget_oldest(dialects, self.max_peers, lambda a, _: a in self._services)
 
     def _on_message(
         self, address: bytes, message: Message, dialect: str, now: int, out: list[Command]

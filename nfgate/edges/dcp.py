@@ -52,7 +52,6 @@ __all__ = ["DcpEdge"]
 
 log = logging.getLogger("nfgate.edge.dcp")
 
-MAX_PEERS = 100_000  # client dialects remembered; the oldest are forgotten beyond this
 STAND_IN = b"nfgate:"
 
 
@@ -103,8 +102,8 @@ class DcpEdge(RouterEdge):
         dialects = self._dialects
         if dialects.get(address) != dialect:
             dialects[address] = dialect
-            if len(dialects) > MAX_PEERS:
-                forget_oldest(dialects, MAX_PEERS, lambda a, _: a in self._workers)
+            if len(dialects) > self.max_peers:
+                forget_oldest(dialects, self.max_peers, lambda a, _: a in self._workers)
 
     def _on_message(self, address: bytes, message: Message, dialect: str, out: list[Command]) -> None:
         worker = self._workers.get(address)

@@ -59,7 +59,6 @@ __all__ = ["NfpEdge", "NfpOptions"]
 
 log = logging.getLogger("nfgate.edge.nfp")
 
-MAX_PEERS = 100_000  # client records kept; the oldest non-workers are forgotten beyond it
 _PROGRESS = {201: "created", 202: "created", 300: "pending"}
 
 
@@ -158,8 +157,8 @@ class NfpEdge(RouterEdge):
         p = self._peers.get(address)
         if p is None:
             p = self._peers[address] = _Peer(dialect)
-            if len(self._peers) > MAX_PEERS:
-                forget_oldest(self._peers, MAX_PEERS, lambda _, old: old.state is PeerState.WORKER)
+            if len(self._peers) > self.max_peers:
+                forget_oldest(self._peers, self.max_peers, lambda _, old: old.state is PeerState.WORKER)
         p.dialect = dialect
         p.seen = now_ms
         return p

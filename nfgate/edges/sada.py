@@ -52,8 +52,6 @@ __all__ = ["SadaChannelEdge", "make"]
 
 log = logging.getLogger("nfgate.edge.sada")
 
-MAX_PEERS = 100_000  # client records kept; the oldest non-servers are forgotten beyond it
-
 
 class _Peer:
     __slots__ = ("beats_heard", "beats_sent", "dialect", "held", "proto", "rintr_at", "services", "state")
@@ -129,8 +127,8 @@ class SadaChannelEdge(RouterEdge):
             if dialect == "auto" and piran_evidence(identity=address, proto=proto):
                 dialect = "piran"
             p = self._peers[address] = _Peer(dialect)
-            if len(self._peers) > MAX_PEERS:
-                forget_oldest(self._peers, MAX_PEERS, lambda _, old: old.state is ChannelState.SERVER)
+            if len(self._peers) > self.max_peers:
+                forget_oldest(self._peers, self.max_peers, lambda _, old: old.state is ChannelState.SERVER)
         # Only a REP's status differs between dialects, and a REP answers a REQ: without
         # an ip:port identity, a client's first REQ settles it (PIRAN's Darbaan ids).
         if p.dialect == "auto" and isinstance(message, Req):

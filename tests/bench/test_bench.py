@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from nfgate.bench import churn
 from nfgate.bench.cli import bench
 from nfgate.bench.dialects import DIALECTS, FINAL, INTERIM, Dialect, make_body, make_key
 from nfgate.bench.runner import CHECKS, all_rounds
@@ -70,6 +71,40 @@ def test_tiny_relay_run_echoes_every_request(tmp_path: Path) -> None:
     assert sync["interim"] >= sync["done"]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_tiny_churn_run_answers_every_client_and_samples_the_rss() -> None:
+    args = [
+        "--scenario",
+        "churn",
+        "--churn-clients",
+        "200",
+        "--max-peers",
+        "50",
+        "--brokers",
+        "raw,nfgate-norfab",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "nfgate", "bench", *args], capture_output=True, text=True, timeout=110
+    )
+    assert done.returncode == 0, done.stderr
+    [obj] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert obj["scenario"] == "churn" and set(obj["brokers"]) == {"raw", "nfgate-norfab"}
+    for name, figures in obj["brokers"].items():
+        assert figures["clients"] == 200 and figures["failed"] == 0, name  # every client got its answer
+        assert [n for n, _ in figures["rss_bytes"]] == [0, 50, 100, 150, 200], name
+        assert all(rss > 0 for _, rss in figures["rss_bytes"]), name
+        assert figures["bytes_per_client_first_half"] is not None, name
+        assert figures["bytes_per_client_second_half"] is not None, name
+    assert obj["brokers"]["nfgate-norfab"]["max_peers"] == 50 and "max_peers" not in obj["brokers"]["raw"]
+
+
+def test_churn_bytes_per_client_are_the_slopes_of_each_half() -> None:
+    samples = [[0, 1000], [50, 2000], [100, 3000], [150, 3000], [200, 3100]]
+    assert churn._per_client(samples) == (20.0, 1.0)
+    assert churn._per_client([[0, 1000], [100, 2000]]) == (None, None)  # too few to split
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -79,6 +114,8 @@ def test_tiny_relay_run_echoes_every_request(tmp_path: Path) -> None:
         ["--duration", "-1"],
         ["--clients", "0"],
         ["--window", "x"],
+        ["--churn-clients", "5"],
+        ["--max-peers", "0"],
     ],
 )
 def test_bad_options_are_one_line_and_non_zero(args: list[str]) -> None:

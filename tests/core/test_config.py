@@ -22,6 +22,7 @@ def test_embedded_defaults_bind_loopback() -> None:
     assert all(url.startswith("tcp://127.0.0.1:") for e in cfg.edges for url in e.bind)
     assert cfg.edge("nfp").heartbeat_ms == 2500 and cfg.edge("nfp").liveness == 6  # NorFab's
     assert cfg.routing.queue_expiry_ms == 300_000
+    assert cfg.limits.max_peers == 100_000
 
 
 def test_file_values_and_command_line_overrides(tmp_path: Path) -> None:
@@ -61,6 +62,7 @@ enabled = false
         ("[edges.nfp]\nenabled = 'yes'\n", "edges.nfp.enabled"),
         ("[gateway]\nlog_level = 'loud'\n", "gateway.log_level"),
         ("limits = 3\n", "limits"),
+        ("[limits]\nmax_peers = 0\n", "limits.max_peers"),
         ("[nope]\n", "nope"),
     ],
 )

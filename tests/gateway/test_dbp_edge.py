@@ -22,7 +22,6 @@ from nfgate.codecs.dcp.messages import Registration as DcpRegistration
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, Keepalive, Post, Response
-from nfgate.edges import dbp as dbp_edge
 from nfgate.edges.dbp import DbpEdge
 
 from .conftest import RECV_MS, Running, beats, finish, nothing, recv, start_gateway, until
@@ -716,12 +715,17 @@ def test_curve_on_the_dbp_router(tmp_path: Path) -> None:
         finish(running)
 
 
-def test_peer_dialects_stay_bounded_behind_a_long_lived_service(
-    gw: Running, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_peer_dialects_stay_bounded_behind_a_long_lived_service(tmp_path: Path) -> None:
     # The Hermes service's record is the oldest: the bound must pass over it and forget
     # the clients, or every client after the bound would be kept for as long as it runs.
-    monkeypatch.setattr(dbp_edge, "MAX_PEERS", 4)
+    gw = start_gateway(tmp_path, "[limits]\nmax_peers = 4\n")
+    try:
+        _bounded_behind_a_service(gw)
+    finally:
+        finish(gw)
+
+
+def _bounded_behind_a_service(gw: Running) -> None:
     service = hermes_req(gw)
     service.send_multipart([b"UwU", f32(now()), b'{"name":"kept"}'])
     assert service.recv_multipart()[0] == b"OwO"

@@ -9,7 +9,6 @@ import zmq
 
 from nfgate.codecs import dcp
 from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Reply, Request
-from nfgate.edges import dcp as dcp_edge
 
 from .conftest import Running, beats, finish, nothing, recv, start_gateway, until
 
@@ -181,12 +180,17 @@ def test_a_bug_in_one_edges_flush_is_counted_and_the_loop_goes_on(
         finish(running)
 
 
-def test_client_records_stay_bounded_behind_a_long_lived_worker(
-    gw: Running, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_client_records_stay_bounded_behind_a_long_lived_worker(tmp_path: Path) -> None:
     # The worker registers first, so its record is the oldest: the bound must pass over
     # it and forget clients, or every client after the bound would be kept for ever.
-    monkeypatch.setattr(dcp_edge, "MAX_PEERS", 4)
+    gw = start_gateway(tmp_path, "[limits]\nmax_peers = 4\n")
+    try:
+        _bounded_behind_a_worker(gw)
+    finally:
+        finish(gw)
+
+
+def _bounded_behind_a_worker(gw: Running) -> None:
     w = worker(gw, b"echo", "dagbox")  # its dialect is its record: forgotten, it would get spec frames
 
     def one_request(i: int) -> None:

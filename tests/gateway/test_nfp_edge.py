@@ -28,7 +28,6 @@ from nfgate.codecs.nfp.messages import (
     Ready,
     Response,
 )
-from nfgate.edges import nfp as nfp_edge
 from nfgate.store import JobStore
 
 from .conftest import Running, beats, finish, recv, start_gateway, until
@@ -579,12 +578,17 @@ def test_a_failed_fsync_refuses_the_batch_and_every_later_job(
         finish(running)
 
 
-def test_client_records_stay_bounded_behind_a_long_lived_worker(
-    gw: Running, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_client_records_stay_bounded_behind_a_long_lived_worker(tmp_path: Path) -> None:
     # The worker's record is the oldest: the bound must pass over it and forget clients,
     # or every client after the bound would be kept for as long as the broker runs.
-    monkeypatch.setattr(nfp_edge, "MAX_PEERS", 4)
+    gw = start_gateway(tmp_path, "[limits]\nmax_peers = 4\n")
+    try:
+        _bounded_behind_a_worker(gw)
+    finally:
+        finish(gw)
+
+
+def _bounded_behind_a_worker(gw: Running) -> None:
     w = spec_worker(gw, "echo", b"w1")
 
     def one_job(i: int) -> None:

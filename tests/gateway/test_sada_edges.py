@@ -17,7 +17,6 @@ from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, Keepalive, Post, Response
 from nfgate.codecs.sada.messages import PROTO_ASCII, PROTO_BYTE, Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.config import load
-from nfgate.edges import sada as sada_edge
 from nfgate.edges.sada_common import resolve_port
 from nfgate.errors import ConfigError
 from nfgate.model import ServiceRef
@@ -523,11 +522,16 @@ def test_server_edge_reaches_a_channel_whatever_its_identity(tmp_path: Path) -> 
         context.term()
 
 
-def test_client_records_stay_bounded_behind_a_long_lived_server(
-    gw: Running, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_client_records_stay_bounded_behind_a_long_lived_server(tmp_path: Path) -> None:
     # The server's record is the oldest: the bound must pass over it and forget clients.
-    monkeypatch.setattr(sada_edge, "MAX_PEERS", 4)
+    gw = start_gateway(tmp_path, SLOW + "[limits]\nmax_peers = 4\n")
+    try:
+        _bounded_behind_a_server(gw)
+    finally:
+        finish(gw)
+
+
+def _bounded_behind_a_server(gw: Running) -> None:
     s = server(gw, ("calc", "1"))
 
     def one_request(i: int) -> None:
