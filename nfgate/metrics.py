@@ -34,6 +34,7 @@ EDGE_GAUGES = {
     "workers": "Workers registered on the edge.",
     "servers": "SADA servers known to the channel.",
     "services": "DBP services registered.",
+    "channels": "SADA channels the server edge knows.",
     "jobs_live": "NFP jobs accepted and not yet finished.",
     "peers": "Peers whose dialect or session the edge remembers (bounded; the oldest clients are forgotten).",
 }

@@ -28,9 +28,10 @@ import psutil
 import zmq
 
 from nfgate.bench.dialects import FINAL, Dialect, make_body, make_key
-from nfgate.bench.load import _dealer, send_frames
+from nfgate.bench.load import send_frames
 from nfgate.bench.procs import Child, ChildError, children
 from nfgate.bench.runner import DIALECT_OF, SETTLE_S, BenchError, _python_module, _workers, start_broker
+from nfgate.transports.zmq import connect_dealer
 
 __all__ = ["CHURN_BROKERS", "churn", "main", "run_churn"]
 
@@ -43,7 +44,7 @@ ANSWER_TIMEOUT_S = 5.0  # one client's wait for its answer (then it counts as fa
 def _one(ctx: zmq.Context[zmq.Socket[bytes]], dialect: Dialect, endpoint: str, n: int, size: int) -> bool:
     """One client's life: connect under a new identity, say hello if the dialect has
     one, send one request, wait for its final answer, close. True if it was right."""
-    sock = _dealer(ctx, endpoint, b"churn-" + os.urandom(8).hex().encode())
+    sock = connect_dealer(ctx, endpoint, b"churn-" + os.urandom(8).hex().encode())
     try:
         deadline = time.monotonic() + ANSWER_TIMEOUT_S
         if dialect.client_hello is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -81,13 +82,20 @@ def finish(running: Running) -> None:
     running.context.term()
 
 
-@pytest.fixture
-def gw(tmp_path: Path) -> Iterator[Running]:
-    running = start_gateway(tmp_path)
+@contextlib.contextmanager
+def running_on(tmp_path: Path, toml: str = "") -> Iterator[Running]:
+    """A gateway started on ``toml``, stopped and checked (:func:`finish`) on the way out."""
+    running = start_gateway(tmp_path, toml)
     try:
         yield running
     finally:
         finish(running)
+
+
+@pytest.fixture
+def gw(tmp_path: Path) -> Iterator[Running]:
+    with running_on(tmp_path) as running:
+        yield running
 
 
 def recv(sock: zmq.Socket[bytes]) -> list[bytes]:

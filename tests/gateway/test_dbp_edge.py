@@ -24,7 +24,7 @@ from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, Keepalive, Post, Response
 from nfgate.edges.dbp import DbpEdge
 
-from .conftest import RECV_MS, Running, beats, finish, nothing, recv, start_gateway, until
+from .conftest import RECV_MS, Running, beats, finish, nothing, recv, running_on, start_gateway, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -718,23 +718,16 @@ def test_curve_on_the_dbp_router(tmp_path: Path) -> None:
 def test_peer_dialects_stay_bounded_behind_a_long_lived_service(tmp_path: Path) -> None:
     # The Hermes service's record is the oldest: the bound must pass over it and forget
     # the clients, or every client after the bound would be kept for as long as it runs.
-    gw = start_gateway(tmp_path, "[limits]\nmax_peers = 4\n")
-    try:
-        _bounded_behind_a_service(gw)
-    finally:
-        finish(gw)
-
-
-def _bounded_behind_a_service(gw: Running) -> None:
-    service = hermes_req(gw)
-    service.send_multipart([b"UwU", f32(now()), b'{"name":"kept"}'])
-    assert service.recv_multipart()[0] == b"OwO"
-    for _ in range(12):
-        client = gw.dealer("dbp")
-        assert info(gw, "kept", client)["name"] == "kept"
-        client.close(0)
-    stats = edge(gw).stats()
-    assert stats["services"] == 1 and stats["peers"] <= 4
-    # Its dialect was kept: the Hermes UPDATE is answered the Hermes way.
-    service.send_multipart([b"UoU", f32(now()), b'{"topics":["a"]}'])
-    assert service.recv_multipart()[0] == b"u.u"
+    with running_on(tmp_path, "[limits]\nmax_peers = 4\n") as gw:
+        service = hermes_req(gw)
+        service.send_multipart([b"UwU", f32(now()), b'{"name":"kept"}'])
+        assert service.recv_multipart()[0] == b"OwO"
+        for _ in range(12):
+            client = gw.dealer("dbp")
+            assert info(gw, "kept", client)["name"] == "kept"
+            client.close(0)
+        stats = edge(gw).stats()
+        assert stats["services"] == 1 and stats["peers"] <= 4
+        # Its dialect was kept: the Hermes UPDATE is answered the Hermes way.
+        service.send_multipart([b"UoU", f32(now()), b'{"topics":["a"]}'])
+        assert service.recv_multipart()[0] == b"u.u"

@@ -10,7 +10,7 @@ import zmq
 from nfgate.codecs import dcp
 from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Reply, Request
 
-from .conftest import Running, beats, finish, nothing, recv, start_gateway, until
+from .conftest import Running, beats, finish, nothing, recv, running_on, start_gateway, until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -183,29 +183,22 @@ def test_a_bug_in_one_edges_flush_is_counted_and_the_loop_goes_on(
 def test_client_records_stay_bounded_behind_a_long_lived_worker(tmp_path: Path) -> None:
     # The worker registers first, so its record is the oldest: the bound must pass over
     # it and forget clients, or every client after the bound would be kept for ever.
-    gw = start_gateway(tmp_path, "[limits]\nmax_peers = 4\n")
-    try:
-        _bounded_behind_a_worker(gw)
-    finally:
-        finish(gw)
+    with running_on(tmp_path, "[limits]\nmax_peers = 4\n") as gw:
+        w = worker(gw, b"echo", "dagbox")  # its dialect is its record: forgotten, it would get spec frames
 
+        def one_request(i: int) -> None:
+            client = gw.dealer("dcp")
+            send(client, Request(service=b"echo", metadata=(b"%d" % i,), data=(b"x",)))
+            request = dcp.decode(recv(w), "dagbox")
+            assert isinstance(request, Request)
+            w.send_multipart(
+                dcp.encode(Reply(client=request.client, metadata=request.metadata, data=(b"y",)), "dagbox")
+            )
+            assert get(client) == Reply(client=None, metadata=(b"%d" % i,), data=(b"y",))
+            client.close(0)
 
-def _bounded_behind_a_worker(gw: Running) -> None:
-    w = worker(gw, b"echo", "dagbox")  # its dialect is its record: forgotten, it would get spec frames
-
-    def one_request(i: int) -> None:
-        client = gw.dealer("dcp")
-        send(client, Request(service=b"echo", metadata=(b"%d" % i,), data=(b"x",)))
-        request = dcp.decode(recv(w), "dagbox")
-        assert isinstance(request, Request)
-        w.send_multipart(
-            dcp.encode(Reply(client=request.client, metadata=request.metadata, data=(b"y",)), "dagbox")
-        )
-        assert get(client) == Reply(client=None, metadata=(b"%d" % i,), data=(b"y",))
-        client.close(0)
-
-    for i in range(12):
-        one_request(i)
-    stats = gw.gateway.edges["dcp"].stats()
-    assert stats["workers"] == 1 and stats["peers"] <= 4
-    one_request(12)  # the worker is still served in its own dialect
+        for i in range(12):
+            one_request(i)
+        stats = gw.gateway.edges["dcp"].stats()
+        assert stats["workers"] == 1 and stats["peers"] <= 4
+        one_request(12)  # the worker is still served in its own dialect

@@ -30,7 +30,7 @@ from nfgate.codecs.nfp.messages import (
 )
 from nfgate.store import JobStore
 
-from .conftest import Running, beats, finish, recv, start_gateway, until
+from .conftest import Running, beats, finish, recv, running_on, start_gateway, until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -581,28 +581,23 @@ def test_a_failed_fsync_refuses_the_batch_and_every_later_job(
 def test_client_records_stay_bounded_behind_a_long_lived_worker(tmp_path: Path) -> None:
     # The worker's record is the oldest: the bound must pass over it and forget clients,
     # or every client after the bound would be kept for as long as the broker runs.
-    gw = start_gateway(tmp_path, "[limits]\nmax_peers = 4\n")
-    try:
-        _bounded_behind_a_worker(gw)
-    finally:
-        finish(gw)
+    with running_on(tmp_path, "[limits]\nmax_peers = 4\n") as gw:
+        w = spec_worker(gw, "echo", b"w1")
 
+        def one_job(i: int) -> None:
+            client = gw.dealer("nfp")
+            job = post(client, "echo", b"%d" % i)
+            assert get(client).status == 202  # type: ignore[attr-defined]
+            dispatched = get(w)
+            assert isinstance(dispatched, Post) and dispatched.uuid == job
+            send(w, Response(header=WORKER, service="echo", uuid=job, status=200, body=(b"%d" % i,)))
+            assert get(client) == Response(
+                header=BROKER, service="echo", uuid=job, status=200, body=(b"%d" % i,)
+            )
+            client.close(0)
 
-def _bounded_behind_a_worker(gw: Running) -> None:
-    w = spec_worker(gw, "echo", b"w1")
-
-    def one_job(i: int) -> None:
-        client = gw.dealer("nfp")
-        job = post(client, "echo", b"%d" % i)
-        assert get(client).status == 202  # type: ignore[attr-defined]
-        dispatched = get(w)
-        assert isinstance(dispatched, Post) and dispatched.uuid == job
-        send(w, Response(header=WORKER, service="echo", uuid=job, status=200, body=(b"%d" % i,)))
-        assert get(client) == Response(header=BROKER, service="echo", uuid=job, status=200, body=(b"%d" % i,))
-        client.close(0)
-
-    for i in range(12):
-        one_job(i)
-    stats = gw.gateway.edges["nfp"].stats()
-    assert stats["workers"] == 1 and stats["peers"] <= 4
-    one_job(12)  # the worker's record was kept: it is still a worker, not a stranger
+        for i in range(12):
+            one_job(i)
+        stats = gw.gateway.edges["nfp"].stats()
+        assert stats["workers"] == 1 and stats["peers"] <= 4
+        one_job(12)  # the worker's record was kept: it is still a worker, not a stranger

@@ -23,7 +23,7 @@ from nfgate.model import ServiceRef
 from nfgate.serve import build
 from tests.ports import random_binds
 
-from .conftest import RECV_MS, Running, beats, finish, nothing, recv, start_gateway, until
+from .conftest import RECV_MS, Running, beats, finish, nothing, recv, running_on, start_gateway, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -524,26 +524,19 @@ def test_server_edge_reaches_a_channel_whatever_its_identity(tmp_path: Path) -> 
 
 def test_client_records_stay_bounded_behind_a_long_lived_server(tmp_path: Path) -> None:
     # The server's record is the oldest: the bound must pass over it and forget clients.
-    gw = start_gateway(tmp_path, SLOW + "[limits]\nmax_peers = 4\n")
-    try:
-        _bounded_behind_a_server(gw)
-    finally:
-        finish(gw)
+    with running_on(tmp_path, SLOW + "[limits]\nmax_peers = 4\n") as gw:
+        s = server(gw, ("calc", "1"))
 
+        def one_request(i: int) -> None:
+            client = gw.dealer("sada")
+            send(client, req(f"client-{i}", "calc", payload=b"%d" % i))
+            answer(s, b"!")
+            rep = get(client)
+            assert isinstance(rep, Rep) and rep.request_id == f"client-{i}" and rep.payload == b"%d!" % i
+            client.close(0)
 
-def _bounded_behind_a_server(gw: Running) -> None:
-    s = server(gw, ("calc", "1"))
-
-    def one_request(i: int) -> None:
-        client = gw.dealer("sada")
-        send(client, req(f"client-{i}", "calc", payload=b"%d" % i))
-        answer(s, b"!")
-        rep = get(client)
-        assert isinstance(rep, Rep) and rep.request_id == f"client-{i}" and rep.payload == b"%d!" % i
-        client.close(0)
-
-    for i in range(12):
-        one_request(i)
-    stats = gw.gateway.edges["sada"].stats()
-    assert stats["servers"] == 1 and stats["peers"] <= 4
-    one_request(12)  # the server's record was kept: it still serves
+        for i in range(12):
+            one_request(i)
+        stats = gw.gateway.edges["sada"].stats()
+        assert stats["servers"] == 1 and stats["peers"] <= 4
+        one_request(12)  # the server's record was kept: it still serves
