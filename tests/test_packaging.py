@@ -131,24 +131,14 @@ msg = codecs.get("dcp").decode([b"", b"DGBX\\x01", b"\\x04", b"echo", b"", b"req
 print(type(msg).__name__, sorted(codecs.names()))
 """
     env = {**os.environ, "PYTHONPATH": str(site)}
-    run = subprocess.run(
-        [sys.executable, "-c", script, str(site)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.strip() == "Request ['dbp', 'dcp', 'memodb', 'nfp', 'sada']"
+
+    def python(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    assert python("-c", script, str(site)).strip() == "Request ['dbp', 'dcp', 'memodb', 'nfp', 'sada']"
     # The command line, as `python -m nfgate` (the wheel's console script runs the same main).
-    cli = subprocess.run(
-        [sys.executable, "-m", "nfgate", "--version"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert cli.returncode == 0, cli.stderr[-2000:]
-    assert cli.stdout.split()[-1] == "0.1.0"
+    assert python("-m", "nfgate", "--version").split()[-1] == "0.1.0"
