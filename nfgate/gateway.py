@@ -25,12 +25,12 @@ from collections.abc import Callable, Sequence
 import attrs
 import zmq
 
-from nfgate.edges import Edge, Traffic
+from nfgate.edges import Edge, Traffic, peer_label
 from nfgate.model import Catalog, Command, Unregister
 from nfgate.routing import Router
-from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
+from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output, WorkerChange
 
-__all__ = ["Gateway", "LogRing", "monotonic_ms"]
+__all__ = ["Gateway", "LogRing", "describe", "monotonic_ms"]
 
 log = logging.getLogger("nfgate.gateway")
 
@@ -64,6 +64,18 @@ class LogRing(logging.Handler):
         self.lines.append(json.dumps(line))
 
 
+def describe(change: WorkerChange) -> str:
+    """The log line of a worker joining or leaving (NorFab's broker logs both at INFO)."""
+    who = f"{change.peer.edge}: worker {change.name or peer_label(change.peer.address)}"
+    if change.joined:
+        services = ", ".join(
+            s.name if s.version is None else f"{s.name} {s.version}" for s in change.services
+        )
+        return f"{who} registered for {services or 'no service'}"
+    held = f"; {change.held} request(s) it held dispatched again or failed" if change.held else ""
+    return f"{who} left: {change.reason}{held}"
+
+
 class Gateway:
     """Runs ``edges`` against ``router`` until :meth:`stop` is called.
 
@@ -78,6 +90,7 @@ class Gateway:
         *,
         clock: Callable[[], int] = monotonic_ms,
         wake_fd: int | None = None,
+        logs: LogRing | None = None,
     ) -> None:
         self.router = router
         self.edges = {edge.name: edge for edge in edges}
@@ -104,7 +117,9 @@ class Gateway:
         self._stop_requested = False
         self._closers: list[Callable[[], None]] = []
         self._actions: list[tuple[str, str]] = []
-        self.logs = LogRing()
+        # What get_logs serves: `nfgate serve` passes one it attached before binding the
+        # edges, so that the start-up lines are in it too; run() attaches it otherwise.
+        self.logs = logs if logs is not None else LogRing()
         # Counters as of the last publish, for other threads (metrics): swapped, never mutated.
         self.snapshot: dict[str, dict[str, int]] = {}
         self._published: int | None = None
@@ -198,6 +213,9 @@ class Gateway:
         if self._actions:
             self._act(now)
         self._flush(now)
+        changes = self.router.changes
+        while changes:
+            log.info("%s", describe(changes.popleft()))
         if self._published is None or now - self._published >= PUBLISH_MS:
             self.snapshot, self._published = self.stats(), now
         self.iterations += 1

@@ -10,7 +10,7 @@ described in docs/routing.md; the request state table is ``nfgate.queues.TRANSIT
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 import attrs
 
@@ -43,10 +43,15 @@ from nfgate.routing_types import (
     Evict,
     Output,
     RouterConfig,
+    WorkerChange,
     WorkerInfo,
 )
 
 __all__ = ["Router"]  # its configuration and outputs: nfgate.routing_types
+
+# Worker changes kept for a reader that has not taken them yet (the gateway takes them
+# every iteration; a core driven without one, in tests or the path bench, stays bounded).
+MAX_CHANGES = 1000
 
 
 class Router:
@@ -69,6 +74,9 @@ class Router:
         self._liveness: dict[int, OrderedDict[Peer, int]] = {}
         self._timeouts: list[tuple[int, int, int, Part]] = []
         self._stats = dict.fromkeys(COUNTERS, 0)
+        # Workers that joined or left, oldest first, for the operator's log: the gateway
+        # pops them (popleft) after each iteration.
+        self.changes: deque[WorkerChange] = deque(maxlen=MAX_CHANGES)
 
     # ----------------------------------------------------------------- public API
 
@@ -93,7 +101,9 @@ class Router:
             case Unregister():
                 w = self._workers.get(command.peer)
                 if w is not None:
-                    self._remove_worker(w, now_ms, out, evict_reason=None)
+                    self._remove_worker(
+                        w, now_ms, out, evict_reason=None, reason=command.reason or "unregistered"
+                    )
             case Cancel():
                 self._cancel(command, now_ms, out)
             case Lookup():
@@ -114,7 +124,8 @@ class Router:
                 peer, last = next(iter(seen.items()))
                 if last + timeout > now_ms:
                     break
-                self._remove_worker(self._workers[peer], now_ms, out, evict_reason="heartbeat expired")
+                expired = "heartbeat expired"
+                self._remove_worker(self._workers[peer], now_ms, out, evict_reason=expired, reason=expired)
         expiry = self._cfg.queue_expiry_ms
         while self._waiting:
             part, since = next(iter(self._waiting.items()))
@@ -537,10 +548,11 @@ class Router:
                 self._touch(w, now)
                 self._feed(w, now, out)
                 return
-            self._remove_worker(w, now, out, evict_reason=None)
+            self._remove_worker(w, now, out, evict_reason=None, reason="registered again, as another worker")
         w = WorkerState(cmd, self._cfg.timeout_for(cmd.peer), since=now)
         self._workers[w.peer] = w
         self._stats["workers_registered"] += 1
+        self.changes.append(WorkerChange(peer=w.peer, name=w.name, services=w.services, joined=True))
         for name in w.names:
             self._providers.setdefault(name, {})[w.peer] = None
         if w.timeout:
@@ -567,10 +579,16 @@ class Router:
         placeholder.job.open -= 1
         self._fan_out(placeholder.job, now, out)
 
-    def _remove_worker(self, w: WorkerState, now: int, out: list[Output], evict_reason: str | None) -> None:
+    def _remove_worker(
+        self, w: WorkerState, now: int, out: list[Output], *, evict_reason: str | None, reason: str
+    ) -> None:
         peer = w.peer
         del self._workers[peer]
         self._stats["workers_lost"] += 1
+        held = len(w.in_flight) + w.backlog.live
+        self.changes.append(
+            WorkerChange(peer=peer, name=w.name, services=w.services, joined=False, reason=reason, held=held)
+        )
         if w.timeout:
             self._liveness[w.timeout].pop(peer, None)
         for name in w.names:

@@ -148,4 +148,22 @@ class WorkerInfo:
     timeout_ms: int
 
 
+@attrs.frozen(kw_only=True)
+class WorkerChange:
+    """A worker joined or left the core's table (:attr:`nfgate.routing.Router.changes`).
+
+    Not an output: nothing is sent for it. The gateway logs it at INFO, as NorFab's
+    broker logs a worker registered and a worker whose keepalives expired. ``reason``
+    says why a worker left; ``held`` is how many requests it held then (each is
+    dispatched again or failed, by the redispatch rules).
+    """
+
+    peer: Peer
+    name: str
+    services: tuple[ServiceRef, ...]
+    joined: bool
+    reason: str = ""
+    held: int = 0
+
+
 Output = Accepted | Dispatch | Deliver | Evict | Abort | Catalog

@@ -23,7 +23,7 @@ from nfgate.config import ServeConfig, load
 from nfgate.edges import Edge, EdgeSettings
 from nfgate.edges.kinds import KINDS
 from nfgate.errors import NfgateError
-from nfgate.gateway import Gateway
+from nfgate.gateway import Gateway, LogRing
 from nfgate.metrics import MetricsServer, render
 from nfgate.routing import Router
 from nfgate.store import JobStore
@@ -45,8 +45,14 @@ def _raise_fd_limit() -> None:
             log.debug("could not raise the open-file limit from %d", soft)
 
 
-def build(cfg: ServeConfig, context: zmq.Context[zmq.Socket[bytes]], wake_fd: int | None = None) -> Gateway:
-    """Bind every enabled edge and return a gateway ready to run.
+def build(
+    cfg: ServeConfig,
+    context: zmq.Context[zmq.Socket[bytes]],
+    wake_fd: int | None = None,
+    logs: LogRing | None = None,
+) -> Gateway:
+    """Bind every enabled edge and return a gateway ready to run (``logs``: what its
+    ``get_logs`` serves, see :class:`Gateway`).
 
     Raises :class:`nfgate.errors.TransportError` (a port in use) or
     :class:`nfgate.errors.ConfigError` (data dir, inventory); edges bound before the
@@ -84,7 +90,7 @@ def build(cfg: ServeConfig, context: zmq.Context[zmq.Socket[bytes]], wake_fd: in
         stop_authenticators(context)
         store.close()
         raise
-    gateway = Gateway(Router(cfg.routing), edges, wake_fd=wake_fd)
+    gateway = Gateway(Router(cfg.routing), edges, wake_fd=wake_fd, logs=logs)
     gateway.on_close(store.close)
     gateway.on_close(lambda: stop_authenticators(context))
     for edge in edges:
@@ -144,6 +150,9 @@ def serve(
         capture_dir=capture,
     )
     logging.basicConfig(level=cfg.log_level.upper(), format="nfgate: %(message)s")
+    # get_logs (mmi.service.broker) serves the start-up lines too: edges bound, ready.
+    logs = LogRing()
+    log.addHandler(logs)
     _raise_fd_limit()
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     holder: list[Gateway] = []
@@ -152,7 +161,7 @@ def serve(
     try:
         # Metrics first: a port in use is then the only line printed.
         exporter = _metrics(holder, cfg.metrics) if cfg.metrics is not None else None
-        gateway = build(cfg, context, wake_fd=reader.fileno())
+        gateway = build(cfg, context, wake_fd=reader.fileno(), logs=logs)
         holder.append(gateway)
         if exporter is not None:
             gateway.on_close(exporter.close)
@@ -162,6 +171,7 @@ def serve(
         gateway.run()
         log.info("stopped: %s", _summary(gateway))
     finally:
+        log.removeHandler(logs)
         if holder:
             holder[0].close()
         elif exporter is not None:

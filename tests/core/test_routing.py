@@ -39,6 +39,7 @@ from nfgate.routing_types import (
     Evict,
     Output,
     RouterConfig,
+    WorkerChange,
 )
 
 T = TypeVar("T")
@@ -472,6 +473,50 @@ def test_reregister_with_other_services_is_a_new_worker() -> None:
     (cat,) = r.handle(Lookup(peer=CA, query="*"), 2)
     assert isinstance(cat, Catalog)
     assert [(e.service.name, e.workers) for e in cat.entries] == [("echo", 1), ("rev", 1)]
+
+
+def test_workers_joining_and_leaving_are_noted_with_why_and_what_they_held() -> None:
+    r = Router(CFG)
+    reg(r, W1, 0, svc("echo"), name="echo-1")
+    reg(r, W2, 0, svc("echo"), svc("rev"))
+    rid, _ = submit(r, req(), 0)  # W1 holds it
+    r.handle(Heartbeat(peer=W2), 250)
+    r.tick(LIVE)  # W1 expires; its request goes to W2
+    r.handle(Unregister(peer=W2, reason="worker sent DISCONNECT"), LIVE + 1)
+    reg(r, W3, LIVE + 2, svc("echo"))
+    reg(r, W3, LIVE + 3, svc("rev"))  # the same socket, other services: a new worker
+    assert list(r.changes) == [
+        WorkerChange(peer=W1, name="echo-1", services=(svc("echo"),), joined=True),
+        WorkerChange(peer=W2, name="", services=(svc("echo"), svc("rev")), joined=True),
+        WorkerChange(
+            peer=W1, name="echo-1", services=(svc("echo"),), joined=False, reason="heartbeat expired", held=1
+        ),
+        WorkerChange(
+            peer=W2,
+            name="",
+            services=(svc("echo"), svc("rev")),
+            joined=False,
+            reason="worker sent DISCONNECT",
+            held=1,
+        ),
+        WorkerChange(peer=W3, name="", services=(svc("echo"),), joined=True),  # the request goes to W3
+        WorkerChange(
+            peer=W3,
+            name="",
+            services=(svc("echo"),),
+            joined=False,
+            reason="registered again, as another worker",
+            held=1,  # its third try: max_redispatch=2, so it fails now
+        ),
+        WorkerChange(peer=W3, name="", services=(svc("rev"),), joined=True),
+    ]
+    assert rid and r.stats()["failed"] == 1
+    # A repeated READY changes nothing: no note. Nobody reading them: the notes stay bounded.
+    reg(r, W3, LIVE + 4, svc("rev"))
+    assert len(r.changes) == 7
+    for i in range(1100):
+        reg(r, worker(f"x{i}"), LIVE + 5)
+    assert len(r.changes) == r.changes.maxlen
 
 
 def test_liveness_zero_never_expires() -> None:

@@ -3,6 +3,7 @@ and the job store surviving kill -9."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -19,7 +20,7 @@ import pytest
 import zmq
 
 from nfgate.codecs import nfp
-from nfgate.codecs.nfp.messages import CLIENT, WORKER, Get, Keepalive, Post, Ready, Response
+from nfgate.codecs.nfp.messages import CLIENT, WORKER, Disconnect, Get, Keepalive, Post, Ready, Response
 from nfgate.edges.kinds import KINDS
 from tests.ports import random_bind_args, random_binds
 from tests.serving import LISTEN, Server, start, stop
@@ -168,6 +169,63 @@ def test_accepted_job_survives_kill_9_and_is_dispatched_after_restart(
     finally:
         client.close()
         assert stop(again) == 0
+
+
+def _wait_for_line(server: Server, needle: str) -> str:
+    for _ in range(100):  # 10 s at most
+        found = [line for line in server.lines if needle in line]
+        if found:
+            return found[0]
+        time.sleep(0.1)
+    pytest.fail(f"no log line with {needle!r} in {''.join(server.lines)}")
+
+
+def test_workers_joining_and_leaving_are_logged_and_served_by_get_logs(
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    # What NorFab's broker logs at INFO ("registered new worker", "worker keepalives
+    # expired") an operator replacing it must still see: in the log and from get_logs.
+    server = start("--data-dir", str(tmp_path), *RANDOM)
+    try:
+        url = server.endpoints["nfp"]
+        worker = ctx.socket(zmq.DEALER)
+        worker.setsockopt(zmq.LINGER, 0)
+        worker.setsockopt(zmq.IDENTITY, b"log-worker")
+        worker.connect(url)
+        worker.send_multipart(nfp.encode(Ready(service="echo")))
+        joined = _wait_for_line(server, "worker log-worker registered")
+        assert joined == "nfgate: nfp: worker log-worker registered for echo\n"
+        worker.send_multipart(nfp.encode(Disconnect(header=WORKER, service="echo")))
+        left = _wait_for_line(server, "worker log-worker left")
+        assert left == "nfgate: nfp: worker log-worker left: worker sent DISCONNECT\n"
+
+        client = ctx.socket(zmq.DEALER)
+        client.setsockopt(zmq.LINGER, 0)
+        client.connect(url)
+        ask = {"task": "get_logs", "kwargs": {"last": 0}, "args": []}
+        client.send_multipart(
+            nfp.encode(
+                Post(
+                    header=CLIENT,
+                    service="mmi.service.broker",
+                    target="any",
+                    uuid=uuidlib.uuid4().hex,
+                    body=(json.dumps(ask).encode(),),
+                )
+            )
+        )
+        answer = _recv(client)
+        assert isinstance(answer, Response) and answer.status == 200
+        messages = [record["message"] for record in json.loads(answer.body[0])]
+        # The start-up lines too: they are logged before the loop runs.
+        assert f"nfp edge (nfp) listening on {url}" in messages
+        assert any(m.startswith("ready (job store ") for m in messages)
+        assert joined.removeprefix("nfgate: ").strip() in messages
+        assert left.removeprefix("nfgate: ").strip() in messages
+        worker.close()
+        client.close()
+    finally:
+        assert stop(server) == 0
 
 
 def _port_free(url: str) -> bool:
