@@ -144,6 +144,9 @@ class Edge(abc.ABC):
     """
 
     protocol: str = ""
+    # Every event name the edge counts: its counters start at 0, so each is exported from
+    # the start (a Prometheus counter that first appears at 1 hides that first increase).
+    EVENTS: ClassVar[tuple[str, ...]] = ("internal_errors", "undecodable", "unroutable")
     drained: bool = False
     """Set by :meth:`receive` when it stopped because nothing more was waiting, not
     because its budget ran out: the gateway then reads no further chunk from this edge
@@ -153,7 +156,7 @@ class Edge(abc.ABC):
         self.name = settings.name
         self.kind = settings.protocol  # its config table, [edges.<kind>]: nfp for nfp-2 too
         self.url = settings.url
-        self.counters: Counter[str] = Counter()
+        self.counters: Counter[str] = Counter(dict.fromkeys(self.EVENTS, 0))
         self.bad_inputs = 0  # every bad_input() call, whatever its counter
         # Peers whose records this edge keeps ([limits] max_peers): the Peer and
         # ServiceRef caches are reset beyond it, the protocol edges' records trimmed.

@@ -113,6 +113,27 @@ class DbpEdge(RouterEdge):
     cannot be bound (the ROUTER is closed again then)."""
 
     protocol = "dbp"
+    EVENTS = (
+        *RouterEdge.EVENTS,
+        "approved",
+        "bad_reply",
+        "beacons_sent",
+        "denied",
+        "expired",
+        "reconnects_sent",
+        "switched_to_zmq",
+        "taken_over",
+        "too_many_pending",
+        "udp_beats_in",
+        "udp_beats_out",
+        "udp_undecodable",
+        "udp_unknown_service",
+        "unencodable",
+        "unexpected",
+        "unexpected_output",
+        "unknown_reply",
+        "updated",
+    )
     wire: ClassVar[WireCodec] = wire
 
     def __init__(

@@ -76,6 +76,16 @@ class _Worker:
 
 class DcpEdge(RouterEdge):
     protocol = "dcp"
+    EVENTS = (
+        *RouterEdge.EVENTS,
+        "client_errors_unsent",
+        "empty_service",
+        "reconnects_sent",
+        "unencodable",
+        "unexpected",
+        "unexpected_output",
+        "unknown_reply",
+    )
     wire: ClassVar[WireCodec] = wire
 
     def __init__(self, settings: EdgeSettings) -> None:

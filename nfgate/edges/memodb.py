@@ -101,6 +101,23 @@ class MemodbEdge(Edge):
     """Raises :class:`nfgate.errors.TransportError` when it cannot bind."""
 
     protocol = "memodb"
+    EVENTS = (
+        *Edge.EVENTS,
+        "bad_job",
+        "client_errors_unsent",
+        "clients_gone",
+        "job_timeouts",
+        "late_replies",
+        "services_ignored",
+        "stale_results",
+        "superseded",
+        "unencodable",
+        "unexpected",
+        "unexpected_output",
+        "unknown_workers",
+        "workers_gone",
+        "workers_left",
+    )
 
     def __init__(self, settings: EdgeSettings) -> None:
         super().__init__(settings)

@@ -78,6 +78,27 @@ class _Peer:
 
 class NfpEdge(RouterEdge):
     protocol = "nfp"
+    EVENTS = (
+        *RouterEdge.EVENTS,
+        "accepted_unknown",
+        "client_errors",
+        "deliver_unknown",
+        "empty_service",
+        "events_received",
+        "expire_errors",
+        "ignored",
+        "input_for_unknown_job",
+        "jobs_expired",
+        "jobs_refused",
+        "mmi_requests",
+        "repeated_ready",
+        "store_errors",
+        "strangers",
+        "unencodable",
+        "unexpected",
+        "unexpected_output",
+        "unknown_result",
+    )
     wire: ClassVar[WireCodec] = wire
 
     def __init__(self, settings: EdgeSettings, *, store: JobStore, options: NfpOptions | None = None) -> None:

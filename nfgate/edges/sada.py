@@ -72,6 +72,16 @@ class SadaChannelEdge(RouterEdge):
     :class:`ConfigError` when its public endpoint cannot be an identity."""
 
     protocol = "sada"
+    EVENTS = (
+        *RouterEdge.EVENTS,
+        "pings_sent",
+        "rintr_sent",
+        "rintr_suppressed",
+        "unencodable",
+        "unexpected",
+        "unexpected_output",
+        "unknown_reply",
+    )
     wire: ClassVar[WireCodec] = wire
 
     def __init__(self, settings: EdgeSettings) -> None:

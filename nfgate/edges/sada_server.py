@@ -61,6 +61,16 @@ class SadaServerEdge(Edge, Decoding):
     ``tcp://host:port``, :class:`nfgate.errors.TransportError` if it cannot connect."""
 
     protocol = "sada"
+    EVENTS = (
+        *Edge.EVENTS,
+        "connections",
+        "deliver_unknown",
+        "intr_sent",
+        "unencodable",
+        "unexpected",
+        "unexpected_output",
+        "unknown_channel",
+    )
     wire: ClassVar[WireCodec] = wire
 
     def __init__(self, settings: EdgeSettings) -> None:

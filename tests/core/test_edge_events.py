@@ -1,0 +1,100 @@
+"""Every event an edge counts is declared in its ``EVENTS``, so that its counter exists,
+at 0, from the start.
+
+Prometheus's ``increase()`` and ``rate()`` see nothing of a counter's first value: a
+series that appears at 1 (the first undecodable message, the first unroutable reply)
+hides exactly the increase an operator's alert is waiting for. The edges count with a
+``Counter`` seeded from ``EVENTS``; this test reads the edge modules and finds every
+name counted with a literal, so a new counter left out of ``EVENTS`` fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import zmq
+
+from nfgate.edges import Edge, EdgeSettings
+from nfgate.edges.dbp import DbpEdge
+from nfgate.edges.dcp import DcpEdge
+from nfgate.edges.memodb import MemodbEdge
+from nfgate.edges.nfp import NfpEdge
+from nfgate.edges.sada import SadaChannelEdge
+from nfgate.edges.sada_server import SadaServerEdge
+from nfgate.metrics import render
+
+EDGES = Path(__file__).resolve().parent.parent.parent / "nfgate" / "edges"
+ALL: tuple[type[Edge], ...] = (DbpEdge, DcpEdge, MemodbEdge, NfpEdge, SadaChannelEdge, SadaServerEdge)
+# Which edges each module counts for (helpers count through their edge's counters).
+MODULES: dict[str, tuple[type[Edge], ...]] = {
+    "__init__.py": ALL,
+    "dbp.py": (DbpEdge,),
+    "dcp.py": (DcpEdge,),
+    "memodb.py": (MemodbEdge,),
+    "nfp.py": (NfpEdge,),
+    "nfp_jobs.py": (NfpEdge,),
+    "nfp_services.py": (NfpEdge,),
+    "sada.py": (SadaChannelEdge,),
+    "sada_server.py": (SadaServerEdge,),
+}
+
+
+def counted(path: Path) -> set[str]:
+    """Names counted with a literal: ``….counters["x"]``, ``bad_input(peer, "x", …)``
+    and NfpJobs's ``self.count("x")``."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "counters"
+            and isinstance(node.slice, ast.Constant)
+        ):
+            names.add(node.slice.value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            args = node.args
+            if node.func.attr == "bad_input" and len(args) > 1 and isinstance(args[1], ast.Constant):
+                names.add(args[1].value)
+            elif (
+                node.func.attr == "count"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "self"
+                and args
+                and isinstance(args[0], ast.Constant)
+            ):
+                names.add(args[0].value)
+    return names
+
+
+def test_the_name_reader_finds_what_the_edges_count() -> None:
+    # The reader itself: a few names known to be counted each way.
+    assert {"unroutable", "internal_errors", "undecodable"} <= counted(EDGES / "__init__.py")
+    assert {"unknown_reply", "empty_service", "reconnects_sent"} <= counted(EDGES / "dcp.py")
+    assert {"jobs_refused", "store_errors", "jobs_expired"} <= counted(EDGES / "nfp_jobs.py")
+
+
+@pytest.mark.parametrize("module", sorted(p.name for p in EDGES.glob("*.py")))
+def test_every_counted_event_is_declared(module: str) -> None:
+    names = counted(EDGES / module)
+    edges = MODULES.get(module, ())
+    assert names or edges or module not in MODULES
+    assert not names or edges, f"{module} counts {sorted(names)}: add it to MODULES with its edges"
+    for edge in edges:
+        missing = names - set(edge.EVENTS)
+        assert not missing, f"{edge.__name__}.EVENTS lacks {sorted(missing)} (counted in {module})"
+
+
+def test_a_new_edge_exports_every_event_at_zero() -> None:
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    edge = DcpEdge(EdgeSettings(name="dcp", protocol="dcp", url="tcp://127.0.0.1:0", context=context))
+    try:
+        stats = edge.stats()
+        assert {name: stats[name] for name in DcpEdge.EVENTS} == dict.fromkeys(DcpEdge.EVENTS, 0)
+        text = render({"edge:dcp": stats}, {"dcp": "dcp"}, 1.0)
+        for name in DcpEdge.EVENTS:
+            assert f'nfgate_edge_events_total{{edge="dcp",protocol="dcp",event="{name}"}} 0' in text
+    finally:
+        edge.close()
+        context.destroy(linger=0)
