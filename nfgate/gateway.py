@@ -30,7 +30,7 @@ from nfgate.model import Catalog, Command, Unregister
 from nfgate.routing import Router
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output, WorkerChange
 
-__all__ = ["Gateway", "LogRing", "describe", "monotonic_ms"]
+__all__ = ["Gateway", "LogRing", "monotonic_ms"]
 
 log = logging.getLogger("nfgate.gateway")
 
@@ -64,7 +64,7 @@ class LogRing(logging.Handler):
         self.lines.append(json.dumps(line))
 
 
-def describe(change: WorkerChange) -> str:
+def _describe(change: WorkerChange) -> str:
     """The log line of a worker joining or leaving (NorFab's broker logs both at INFO)."""
     who = f"{change.peer.edge}: worker {change.name or peer_label(change.peer.address)}"
     if change.joined:
@@ -215,7 +215,7 @@ class Gateway:
         self._flush(now)
         changes = self.router.changes
         while changes:
-            log.info("%s", describe(changes.popleft()))
+            log.info("%s", _describe(changes.popleft()))
         if self._published is None or now - self._published >= PUBLISH_MS:
             self.snapshot, self._published = self.stats(), now
         self.iterations += 1

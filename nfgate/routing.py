@@ -49,9 +49,10 @@ from nfgate.routing_types import (
 
 __all__ = ["Router"]  # its configuration and outputs: nfgate.routing_types
 
-# Worker changes kept for a reader that has not taken them yet (the gateway takes them
-# every iteration; a core driven without one, in tests or the path bench, stays bounded).
-MAX_CHANGES = 1000
+# Worker changes kept for a reader that has not taken them yet: the gateway takes them
+# after every iteration, which reads at most 256 messages per edge (gateway.BATCH); a
+# core driven without a reader (tests, the path bench) stays bounded.
+MAX_CHANGES = 4096
 
 
 class Router:

@@ -29,7 +29,7 @@ from nfgate.model import (
     Unregister,
 )
 from nfgate.queues import TRANSITIONS, Event, Job, Part, PartState, advance
-from nfgate.routing import Router
+from nfgate.routing import MAX_CHANGES, Router
 from nfgate.routing_types import (
     STATUS_CANCELLED,
     Abort,
@@ -514,7 +514,7 @@ def test_workers_joining_and_leaving_are_noted_with_why_and_what_they_held() -> 
     # A repeated READY changes nothing: no note. Nobody reading them: the notes stay bounded.
     reg(r, W3, LIVE + 4, svc("rev"))
     assert len(r.changes) == 7
-    for i in range(1100):
+    for i in range(MAX_CHANGES + 10):
         reg(r, worker(f"x{i}"), LIVE + 5)
     assert len(r.changes) == r.changes.maxlen
 
