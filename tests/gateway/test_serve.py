@@ -25,6 +25,8 @@ from nfgate.edges.kinds import KINDS
 from tests.ports import random_bind_args, random_binds
 from tests.serving import LISTEN, Server, start, stop
 
+from .conftest import until
+
 pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
 
 
@@ -172,12 +174,8 @@ def test_accepted_job_survives_kill_9_and_is_dispatched_after_restart(
 
 
 def _wait_for_line(server: Server, needle: str) -> str:
-    for _ in range(100):  # 10 s at most
-        found = [line for line in server.lines if needle in line]
-        if found:
-            return found[0]
-        time.sleep(0.1)
-    pytest.fail(f"no log line with {needle!r} in {''.join(server.lines)}")
+    until(lambda: any(needle in line for line in server.lines), timeout=10)
+    return next(line for line in server.lines if needle in line)
 
 
 def test_workers_joining_and_leaving_are_logged_and_served_by_get_logs(
