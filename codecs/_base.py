@@ -158,6 +158,8 @@ class Codec:
 def _flatten(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_flatten(e) for e in exc.exceptions)
+    if isinstance(exc, KeyError):  # cattrs: a required field the JSON lacks
+        return f"missing field {exc.args[0]!r}" if exc.args else "missing field"
     return str(exc) or type(exc).__name__
 
 
@@ -165,8 +167,12 @@ def as_frames(protocol: str, frames: Iterable[bytes]) -> list[bytes]:
     """Copy ``frames`` to a list of ``bytes``; anything else is a :class:`DecodeError`."""
     if isinstance(frames, (bytes, bytearray, memoryview, str)):
         raise DecodeError(protocol, "expected a list of frames, got a single byte string")
+    try:
+        items = iter(frames)
+    except TypeError:  # None, a number: the contract is DecodeError for any input
+        raise DecodeError(protocol, f"expected a list of frames, got {type(frames).__name__}") from None
     out: list[bytes] = []
-    for frame in frames:
+    for frame in items:
         if isinstance(frame, bytes):
             out.append(frame)
         elif isinstance(frame, (bytearray, memoryview)):

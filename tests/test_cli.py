@@ -59,6 +59,11 @@ def test_decode_then_encode_restores_the_frames(protocol: str) -> None:
         (["encode", "--protocol", "dcp"], "{not json", "not JSON"),
         (["encode", "--protocol", "dcp"], '{"type": "TELEPORT"}', "unknown message type"),
         (["encode", "--protocol", "dcp"], '{"type": "REQUEST", "service": 5}', "bad REQUEST fields"),
+        (
+            ["encode", "--protocol", "dcp"],
+            '{"type": "REQUEST"}',
+            "bad REQUEST fields: missing field 'service'",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], stdin: str, needle: str) -> None:

@@ -93,3 +93,12 @@ def test_mutated_vectors(protocol: str) -> None:
         _decodes_or_rejects(protocol, None, wire)
 
     check()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("wire", [None, 123, b"\x00\x01", "text", [b"", 5]], ids=repr)
+def test_anything_that_is_not_a_list_of_frames_is_a_decode_error(protocol: str, wire: Any) -> None:
+    # docs/library.md: decode "accepts any input" and raises DecodeError or returns.
+    with pytest.raises(DecodeError) as caught:
+        codecs.get(protocol).decode(wire)
+    assert caught.value.protocol == protocol and "frame" in caught.value.reason

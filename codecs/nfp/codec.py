@@ -80,7 +80,7 @@ def detect(frames: list[bytes]) -> str:
 def decode(frames: list[bytes], dialect: str) -> Message:
     """Decode one NFP message; raises :class:`DecodeError`."""
     reader = FrameReader(NAME, frames, "message")
-    reader.take_empty("frame 0")
+    reader.take_empty()
     header = reader.take("protocol header")
     if header not in HEADERS:
         raise reader.error(f"protocol header must be NFPC01, NFPW01 or NFPB01, got {header[:16]!r}")
