@@ -67,8 +67,10 @@ def decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
             out["bytes"].append(sum(len(f) for f in frames))
             for name, value in row.items():
                 out[name].append(value)
+            # "-" for an empty frame, as `nfgate decode` takes it: a preview of frames no
+            # longer than PREVIEW_BYTES pastes into `nfgate decode --protocol P`.
             out["preview"].append(
-                " ".join(f[:PREVIEW_BYTES].hex() for f in frames) if row["error"] is not None else None
+                " ".join(f[:PREVIEW_BYTES].hex() or "-" for f in frames) if row["error"] is not None else None
             )
         yield pa.RecordBatch.from_pydict(out, schema=_arrow_schema(pa))
 

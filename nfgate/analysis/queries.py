@@ -98,7 +98,10 @@ def _by_protocol(commands: DataFrame, exchanges: DataFrame) -> DataFrame:
             *_latency(),
         )
     )
-    return traffic.join(clients, on="protocol", how="left").orderBy("protocol")
+    # A protocol with traffic but no client request (DBP's beacons, only malformed input)
+    # has 0 requests and 0 answered, not null; its latencies stay null (none measured).
+    joined = traffic.join(clients, on="protocol", how="left").fillna(0, subset=["requests", "answered"])
+    return joined.orderBy("protocol")
 
 
 def _by_service(exchanges: DataFrame) -> DataFrame:

@@ -22,11 +22,12 @@ JUNK = {"nfp": [b"x"], "dcp": [b"", b"\x01\x02"]}
 
 
 def _traffic(tmp: Path) -> tuple[Path, dict[str, Traffic]]:
-    """A gateway with capture on: an NFP worker serves 3 DCP requests, a MemoDB JOB and
-    an NFP spec POST; one DCP request waits for a service nobody offers; one
+    """A gateway with capture on (its DBP edge beaconing): an NFP worker serves 3 DCP
+    requests, a MemoDB JOB and an NFP spec POST; one DCP request waits for a service nobody offers; one
     undecodable message each on the NFP and DCP edges."""
     directory = tmp / "capture"
-    gw = start_gateway(tmp, QUIET, disabled=["dbp", "sada", "sada-server"], capture_dir=directory)
+    # DBP on: its beacons are traffic of a protocol that serves no client here.
+    gw = start_gateway(tmp, QUIET, disabled=["sada", "sada-server"], capture_dir=directory)
     try:
         worker = echo_worker(gw, b"echo-worker")
 
