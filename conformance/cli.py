@@ -7,6 +7,7 @@ bound, a report directory that cannot be written).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -135,6 +136,14 @@ def conformance(
         return
     if not cases:
         _usage("no case matches --cases/--exclude")
+    if report_dir is not None:
+        # Found now, not after a run that can take minutes: the report's directory.
+        try:
+            report_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            _usage(f"cannot write the report to {report_dir}: {exc.strerror or exc}")
+        if not os.access(report_dir, os.W_OK):
+            _usage(f"cannot write the report to {report_dir}: not writable")
     options = RunOptions(
         protocol=found.protocol,
         role=found.role,

@@ -13,6 +13,9 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 
+import pynng
+import zmq
+
 from nfgate import __version__
 from nfgate.conformance.context import CaseContext, Info, NoAnswer, Skipped, Violation
 from nfgate.conformance.model import (
@@ -25,6 +28,7 @@ from nfgate.conformance.model import (
     violation_verdict,
 )
 from nfgate.conformance.registry import Role, Session
+from nfgate.errors import TransportError
 
 __all__ = ["PROBE_CLAUSE", "run"]
 
@@ -50,6 +54,8 @@ def open_session(role: Role, options: RunOptions, announce: Callable[[str], None
     chosen = options.dialect if options.dialect != "auto" else role.dialects[0]
     session = Session(role, options, chosen, announce)
     try:
+        if not role.binds:
+            _check_address(role, options.endpoint, session.context)
         if role.setup is not None:
             role.setup(session)
         if options.dialect == "auto" and role.detect is not None:
@@ -60,6 +66,29 @@ def open_session(role: Role, options: RunOptions, announce: Callable[[str], None
         close_session(session)
         raise
     return session
+
+
+def _check_address(role: Role, endpoint: str, context: zmq.Context[zmq.Socket[bytes]]) -> None:
+    """A role that connects to the peer: an address no socket can connect to (``notaurl``,
+    ``tcp://host`` without a port) is the user's mistake, found before any case runs.
+    Raises :class:`TransportError`. A reachable-looking address that nobody answers is
+    the peer's business: the cases report it."""
+    try:
+        if role.codec == "memodb":  # NNG: pynng dials without waiting for the peer
+            nng = pynng.Req0()
+            try:
+                nng.dial(endpoint, block=False)
+            finally:
+                nng.close()
+        else:
+            sock = context.socket(zmq.DEALER)
+            try:
+                sock.connect(endpoint)
+            finally:
+                sock.close(0)
+    except (zmq.ZMQError, pynng.NNGException) as exc:
+        reason = exc.strerror if isinstance(exc, zmq.ZMQError) else str(exc)
+        raise TransportError(f"cannot connect to {endpoint}: {reason}") from None
 
 
 def close_session(session: Session) -> None:

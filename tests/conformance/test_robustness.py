@@ -107,6 +107,33 @@ def test_worker_role_cannot_bind_is_a_usage_error() -> None:
     assert result.exit_code == 2 and "cannot bind" in result.output, result.output
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("protocol", "role"),
+    [("nfp", "broker"), ("dcp", "broker"), ("memodb", "broker"), ("dbp", "catalog"), ("sada", "channel")],
+)
+@pytest.mark.parametrize("endpoint", ["notaurl", "tcp://127.0.0.1"])
+def test_an_address_no_socket_can_connect_to_is_a_usage_error(
+    protocol: str, role: str, endpoint: str
+) -> None:
+    # Not a traceback (broker roles crashed on the first case's connect), not a run of
+    # failed cases: the user's typo, one line, exit 2, before any case runs.
+    result = CliRunner().invoke(main, ["conformance", "-p", protocol, "-r", role, "-e", endpoint])
+    assert result.exit_code == 2, result.output
+    assert f"nfgate: cannot connect to {endpoint}: " in result.output
+    assert "PASS" not in result.output and "FAIL" not in result.output and "Traceback" not in result.output
+
+
+def test_a_report_directory_that_cannot_be_made_is_refused_before_the_run(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    args = ["-p", "dcp", "-r", "broker", "-e", "tcp://127.0.0.1:1", "--report", str(blocker / "reports")]
+    result = CliRunner().invoke(main, ["conformance", *args])
+    assert result.exit_code == 2, result.output
+    assert "cannot write the report to" in result.output
+    assert "DCP-BROKER" not in result.output  # no case ran
+
+
 @pytest.mark.timeout(60)
 def test_worker_dying_mid_run_skips_the_remaining_cases() -> None:
     endpoint = f"tcp://127.0.0.1:{free_port()}"
