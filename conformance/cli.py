@@ -2,7 +2,7 @@
 
 Exit status: 0 when no case FAILs (with ``--strict``: and none is NON-STRICT), 1 when
 one does, 2 for bad usage (unknown protocol/role/dialect, an endpoint that cannot be
-bound, a report directory that cannot be written).
+bound or connected to, a report directory that cannot be made), found before any case.
 """
 
 from __future__ import annotations
