@@ -19,11 +19,9 @@ from nfgate import __version__
 from nfgate import codecs as registry
 from nfgate.edges.kinds import KINDS
 from nfgate.errors import NfgateError
+from nfgate.frames import EMPTY_FRAME, hex_frames  # "-": an empty frame (an empty argument works too)
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: How an empty frame is written on the command line (an empty argument works too).
-EMPTY_FRAME = "-"
 
 
 def fail(message: str, status: int = 2) -> NoReturn:
@@ -91,7 +89,7 @@ def encode(protocol: str, dialect: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([f.hex() for f in frames]))
     else:
-        click.echo(" ".join(f.hex() or EMPTY_FRAME for f in frames))
+        click.echo(hex_frames(frames))
 
 
 @main.command()

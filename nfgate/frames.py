@@ -9,7 +9,9 @@ from typing import Any
 
 import attrs
 
-__all__ = ["bytes_tuple", "check_bytes_tuple"]
+__all__ = ["EMPTY_FRAME", "bytes_tuple", "check_bytes_tuple", "hex_frames"]
+
+EMPTY_FRAME = "-"  # how an empty frame is written in hex form (`nfgate decode` takes it)
 
 
 def bytes_tuple(value: Iterable[bytes]) -> tuple[bytes, ...]:
@@ -22,3 +24,9 @@ def check_bytes_tuple(_: object, attribute: attrs.Attribute[Any], value: tuple[A
     for item in value:
         if not isinstance(item, bytes):
             raise TypeError(f"{attribute.name} must hold bytes, got {type(item).__name__}")
+
+
+def hex_frames(frames: Iterable[bytes], limit: int | None = None) -> str:
+    """Frames as space-separated hex, ``-`` for an empty one: what ``nfgate encode``
+    prints and ``nfgate decode`` reads. ``limit`` cuts each frame to that many bytes."""
+    return " ".join(f[:limit].hex() or EMPTY_FRAME for f in frames)

@@ -34,6 +34,7 @@ from nfgate.analysis import storage
 from nfgate.analysis.classify import classify
 from nfgate.analysis.storage import gateway_label, segments
 from nfgate.errors import ConfigError
+from nfgate.frames import hex_frames
 
 __all__ = ["COMMANDS_SCHEMA", "analyze", "decode_batches", "gateway_label", "segments"]
 
@@ -67,11 +68,9 @@ def decode_batches(batches: Iterator[Any]) -> Iterator[Any]:
             out["bytes"].append(sum(len(f) for f in frames))
             for name, value in row.items():
                 out[name].append(value)
-            # "-" for an empty frame, as `nfgate decode` takes it: a preview of frames no
-            # longer than PREVIEW_BYTES pastes into `nfgate decode --protocol P`.
-            out["preview"].append(
-                " ".join(f[:PREVIEW_BYTES].hex() or "-" for f in frames) if row["error"] is not None else None
-            )
+            # In the form `nfgate decode` takes: a preview of frames no longer than
+            # PREVIEW_BYTES pastes into `nfgate decode --protocol P`.
+            out["preview"].append(hex_frames(frames, PREVIEW_BYTES) if row["error"] is not None else None)
         yield pa.RecordBatch.from_pydict(out, schema=_arrow_schema(pa))
 
 
