@@ -30,7 +30,35 @@ def fail(message: str, status: int = 2) -> NoReturn:
     sys.exit(status)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineGroup(click.Group):
+    """The ``nfgate`` group, reporting a usage error in one line, as :func:`fail` does.
+
+    click's own report is three lines (usage, hint, error); a mistyped option is a user
+    error like any other, so it gets the house form: ``nfgate serve: No such option
+    '--bogus'. Try 'nfgate serve --help'.`` and exit status 2.
+    """
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("standalone_mode", True):
+            return super().main(*args, **kwargs)
+        try:
+            # Every command ends by sys.exit (SystemExit passes through click), so
+            # what invoke returns here is None or the code of a ctx.exit().
+            code = super().main(*args, **{**kwargs, "standalone_mode": False})
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "nfgate"
+            click.echo(f"{where}: {exc.format_message()} Try '{where} --help'.", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"nfgate: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("nfgate: aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+@click.group(cls=_OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nfgate")
 def main() -> None:
     """nfgate: a translating broker, conformance suite and codec library for the

@@ -32,6 +32,8 @@ def test_version_and_help() -> None:
     out = run("--version")
     assert out.returncode == 0 and "nfgate" in out.stdout
     assert run("--help").returncode == 0
+    serve_help = run("serve", "--help")
+    assert serve_help.returncode == 0 and serve_help.stdout.startswith("Usage: nfgate serve")
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -64,6 +66,12 @@ def test_decode_then_encode_restores_the_frames(protocol: str) -> None:
             '{"type": "REQUEST"}',
             "bad REQUEST fields: missing field 'service'",
         ),
+        # click's usage errors, which it would report in three lines
+        (["serve", "--bogus"], "", "nfgate serve: No such option '--bogus'. Try 'nfgate serve --help'."),
+        (["no-such-command"], "", "No such command 'no-such-command'"),
+        (["bench", "--scenario", "nope"], "", "nfgate bench: Invalid value for '--scenario'"),
+        (["decode"], "", "nfgate decode: Missing option '--protocol'"),
+        (["serve", "--config"], "", "'--config' requires an argument"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], stdin: str, needle: str) -> None:
