@@ -108,7 +108,7 @@ def encode(protocol: str, dialect: str | None, as_json: bool) -> None:
         text = sys.stdin.read()
         try:
             obj = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             fail(f"{protocol}: stdin is not JSON: {exc}")
         message, json_dialect = codec.from_json(obj)
         frames = codec.encode(message, dialect or json_dialect)

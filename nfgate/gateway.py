@@ -203,9 +203,8 @@ class Gateway:
                     quiet = False
             except Exception:
                 # A bug must not take the broker down for every other peer: log it with
-                # its traceback, count it (tests assert the count stays 0), carry on.
-                self.internal_errors += 1
-                log.exception("internal error while handling input on edge %s", edge.name)
+                # its traceback, count it, carry on.
+                self._bug(edge, "handling input")
         if quiet:
             for edge in self._eager:
                 edge.settle()
@@ -245,10 +244,30 @@ class Gateway:
         """Give ``commands`` to the core and every output to its edge, until quiet."""
         pending: deque[Command] = deque(commands)
         while pending:
-            for output in self.router.handle(pending.popleft(), now):
+            command = pending.popleft()
+            try:
+                outputs = self.router.handle(command, now)
+            except Exception:
+                self._bug(None, f"the core's handling of {type(command).__name__}")
+                continue
+            for output in outputs:
                 edge = self._edge_for(output)
                 if edge is not None:
-                    pending.extend(edge.emit(output, now))
+                    # One output's bug costs that output, not the others of the same
+                    # chunk (other peers' requests and replies) still in this deque.
+                    try:
+                        pending.extend(edge.emit(output, now))
+                    except Exception:
+                        self._bug(edge, f"emit of {type(output).__name__}")
+
+    def _bug(self, edge: Edge | None, what: str) -> None:
+        """Log a bug met in ``what`` with its traceback (call it from an ``except``
+        block) and count it, on the edge too, so the metrics' ``internal_errors`` shows
+        it; tests assert the count stays 0."""
+        self.internal_errors += 1
+        if edge is not None:
+            edge.counters["internal_errors"] += 1
+        log.exception("internal error in %s%s", what, f" on edge {edge.name}" if edge is not None else "")
 
     def _edge_for(self, output: Output) -> Edge | None:
         match output:
@@ -288,8 +307,7 @@ class Gateway:
             try:
                 flush(now)
             except Exception:  # as in step(): one edge's bug must not stop the others
-                self.internal_errors += 1
-                log.exception("internal error in %s of edge %s", flush.__name__, edge.name)
+                self._bug(edge, flush.__name__)
 
     def _wait(self, now: int, cap: int) -> int:
         if any(edge.pending() for edge in self._eager):
@@ -314,7 +332,8 @@ class Gateway:
             closer()
 
     def stats(self) -> dict[str, dict[str, int]]:
-        out = {"core": self.router.stats()}
+        # The loop's own bug count joins the core's counters: nfgate_core_internal_errors_total.
+        out = {"core": {**self.router.stats(), "internal_errors": self.internal_errors}}
         for name, edge in self.edges.items():
             out[f"edge:{name}"] = edge.stats()
             out[f"traffic:{name}"] = attrs.asdict(edge.traffic())

@@ -126,7 +126,7 @@ def _json_value(body: tuple[bytes, ...]) -> Any:
     if len(body) == 1:
         try:
             return json.loads(body[0])
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # nested too deeply: as text
             pass
     return b"".join(body).decode("utf-8", "replace")
 

@@ -29,7 +29,7 @@ def parse_target(text: str) -> str | tuple[str, ...]:
     if text.startswith("["):
         try:
             names = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deeply for json
             raise DecodeError("nfp", f"target is not a valid JSON list: {text[:40]!r}") from None
         if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
             raise DecodeError("nfp", f"target JSON must be a non-empty list of worker names: {text[:40]!r}")

@@ -183,7 +183,7 @@ def body_text(got: Received) -> str:
         return ""
     try:
         return json.dumps(json.loads(body[0]))[:200]
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return repr(body[0][:200])
 
 

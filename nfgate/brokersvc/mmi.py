@@ -347,7 +347,7 @@ def _record(line: str, broker: str) -> dict[str, Any]:
     record: dict[str, Any]
     try:
         parsed = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         parsed = None
     record = dict(parsed) if isinstance(parsed, dict) else {"ts": "", "level": "", "message": line}
     # NorFab tags broker records so nfcli can tell them from workers' records.

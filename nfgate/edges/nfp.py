@@ -90,6 +90,7 @@ class NfpEdge(RouterEdge):
         "input_for_unknown_job",
         "jobs_expired",
         "jobs_refused",
+        "jobs_turned_away",
         "mmi_requests",
         "repeated_ready",
         "store_errors",

@@ -257,7 +257,7 @@ class NfpJobs:
     def _as_dict(body: tuple[bytes, ...]) -> dict[str, Any]:
         try:
             value = json.loads(body[0]) if len(body) == 1 else None
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             value = None
         return value if isinstance(value, dict) else {}
 
@@ -360,7 +360,8 @@ class NfpJobs:
         reply = out.reply
         job = self._live.get(reply.id)
         if job is None:
-            self.count("deliver_unknown")
+            if not self._turned_away(out):
+                self.count("deliver_unknown")
             return
         name = reply.worker_name or (self._edge.label(reply.worker) if reply.worker else "")
         if job.refused:  # the client was told 500; only the core's final word is awaited
@@ -414,6 +415,22 @@ class NfpJobs:
         if out.final:
             del self._live[reply.id]
             self._by_uuid.pop(job.uuid, None)
+
+    def _turned_away(self, out: Deliver) -> bool:
+        """A job the core refused before accepting it (its service's queue is full):
+        no 202 went out and no record was stored, so the client gets the error now
+        (500, "SHOULD retry") and the uuid is free again. True if ``out`` was that."""
+        if not out.final or not out.reason:
+            return False
+        uuid = out.request.origin.decode(errors="replace")
+        job = self._by_uuid.get(uuid)
+        if job is None or job.core_id or job.client != out.request.reply_to.address:
+            return False
+        del self._by_uuid[uuid]
+        self.count("jobs_turned_away")
+        log.debug("%s: job %s for %r refused: %s", self._edge.name, uuid, job.service, out.reason)
+        self._error(job.client, job.dialect, job.service, uuid, nfp_status(out.reply.status), out.reason)
+        return True
 
     def _stored(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
         """Run one store write that acknowledges nothing; a failure is counted, not raised."""

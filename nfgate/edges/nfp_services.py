@@ -222,7 +222,7 @@ def _parse(body: Sequence[bytes]) -> tuple[str, dict[str, Any], list[Any]]:
     """NorFab's request body ``{"task", "kwargs", "args"}``; raises ValueError."""
     try:
         value = json.loads(body[0]) if body and body[0] else {}
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ValueError(f"not JSON ({exc})") from None
     if not isinstance(value, dict):
         raise ValueError("expected a JSON object with task, kwargs, args")

@@ -40,6 +40,7 @@ def test_a_result_for_another_name_is_rekeyed() -> None:
         (b'{"w1": 1, "other": 2}',),  # JSON, but not one key
         (b'{"w1":', b"1}"),  # two frames: not one JSON value
         (b'["w1"]',),
+        (b"[" * 100_000 + b"]" * 100_000,),  # JSON nested too deeply for the json module: text
     ],
 )
 def test_anything_else_is_wrapped_in_norfab_result_fields(body: tuple[bytes, ...]) -> None:

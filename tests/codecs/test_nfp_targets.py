@@ -26,7 +26,7 @@ def test_parse_target(text: str, parsed: object) -> None:
     assert parse_target(text) == parsed
 
 
-@pytest.mark.parametrize("text", ["[1]", "[]", "w1,,w2", "[not json"])
+@pytest.mark.parametrize("text", ["[1]", "[]", "w1,,w2", "[not json", "[" * 100_000 + "]" * 100_000])
 def test_parse_target_refuses(text: str) -> None:
     with pytest.raises(DecodeError):
         parse_target(text)

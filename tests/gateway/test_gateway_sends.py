@@ -114,3 +114,34 @@ def test_a_bug_on_one_message_costs_only_that_message(
     dispatched = [m.metadata for kind, _, m in memory.events if kind == "send" and isinstance(m, Request)]
     assert sorted(dispatched) == [(b"r1",), (b"r3",)]  # type: ignore[type-var]
     assert gateway.internal_errors == 1 and edge.counters["internal_errors"] == 1
+
+
+def test_a_bug_on_one_output_costs_only_that_output(
+    loop: tuple[Gateway, Recorded], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two workers' replies read in one chunk: the core's outputs for both are in one
+    # feed; an edge bug on the first reply's delivery must not drop the second's.
+    gateway, memory = loop
+    edge = gateway.edges["dcp"]
+    real = DcpEdge.emit
+
+    def buggy(self: DcpEdge, output: object, now: int) -> object:
+        reply = getattr(output, "reply", None)
+        if reply is not None and reply.body == (b"boom",):
+            raise RuntimeError("a bug")
+        return real(self, output, now)  # type: ignore[arg-type]
+
+    iterate(gateway, memory, (b"w1", Registration(service=b"echo")), (b"w2", Registration(service=b"echo")))
+    iterate(gateway, memory, (b"c1", request(b"r1")), (b"c2", request(b"r2")))
+    monkeypatch.setattr(DcpEdge, "emit", buggy)
+    held = {m.metadata: peer for kind, peer, m in memory.events if kind == "send" and isinstance(m, Request)}
+    iterate(
+        gateway,
+        memory,
+        (held[(b"r1",)], Reply(client=b"c1", metadata=(b"r1",), data=(b"boom",))),
+        (held[(b"r2",)], Reply(client=b"c2", metadata=(b"r2",), data=(b"fine",))),
+    )
+    replies = [(peer, m.data) for kind, peer, m in memory.events if kind == "send" and isinstance(m, Reply)]
+    assert replies == [(b"c2", (b"fine",))]
+    assert gateway.internal_errors == 1 and edge.counters["internal_errors"] == 1
+    assert gateway.stats()["core"]["internal_errors"] == 1  # nfgate_core_internal_errors_total

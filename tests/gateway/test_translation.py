@@ -124,3 +124,41 @@ def test_queue_expiry_gives_nfp_408_and_dcp_nothing(tmp_path: object) -> None:
         until(lambda: gw.gateway.edges["dcp"].stats().get("client_errors_unsent") == 1)
     finally:
         finish(gw)
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000  # valid JSON the json module cannot parse (RecursionError)
+
+
+def test_json_nested_too_deeply_is_bad_input_not_a_lost_job(gw: Running) -> None:
+    """A worker's result, a POST's target and a broker-service body nested deeper than
+    the json module goes: the result is relayed (as text), the others answered 400;
+    no internal error, so no job is left without its answer."""
+    worker = dcp_worker(gw, b"deep")
+    client = gw.dealer("nfp", b"nfc")
+    job = uuidlib.uuid4().hex
+    client.send_multipart(
+        nfp.encode(Post(header=CLIENT, service="deep", target="any", uuid=job, body=(b"{}",)), "norfab")
+    )
+    [name] = json.loads(nfp_get(client, "norfab").body[0])["workers"]  # type: ignore[attr-defined]
+    request = dcp.decode(recv(worker))
+    worker.send_multipart(
+        dcp.encode(DcpReply(client=request.client, metadata=request.metadata, data=(DEEP,)))
+    )  # type: ignore[attr-defined]
+    reply = nfp_get(client, "norfab")
+    assert isinstance(reply, Response) and (reply.uuid, reply.status) == (job, 200)
+    assert json.loads(reply.body[0])[name]["result"] == DEEP.decode()
+    for service, target, body in [
+        ("deep", DEEP.decode(), b"{}"),  # the target frame
+        ("mmi.service.broker", "any", DEEP),
+        ("sid.service.broker", "any", DEEP),
+        ("fss.service.broker", "any", DEEP),
+    ]:
+        other = uuidlib.uuid4().hex
+        client.send_multipart(
+            nfp.encode(
+                Post(header=CLIENT, service=service, target=target, uuid=other, body=(body,)), "norfab"
+            )
+        )
+        refused = nfp_get(client, "norfab")
+        assert isinstance(refused, Response) and (refused.uuid, refused.status) == (other, 400), service
+    assert gw.gateway.internal_errors == 0
