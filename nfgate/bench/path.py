@@ -56,7 +56,7 @@ class MemoryTransport:
     the real one does. ``socket`` is the real one the edge bound, so the gateway's
     poller has something to hold."""
 
-    receive_failures = send_failures = oversized = 0
+    receive_failures = send_failures = oversized = too_large = 0
 
     def __init__(self, socket: zmq.Socket[bytes]) -> None:
         self.socket = socket

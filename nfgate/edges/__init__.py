@@ -438,4 +438,5 @@ class RouterEdge(Edge, Decoding):
     def stats(self) -> dict[str, int]:
         stats = dict(self.counters)
         stats["too_many_frames"] = self.transport.oversized
+        stats["too_large"] = self.transport.too_large
         return stats

@@ -285,6 +285,7 @@ class SadaServerEdge(Edge, Decoding):
         stats = dict(self.counters)
         stats["channels"] = len(self._channels)
         stats["too_many_frames"] = self.transport.oversized
+        stats["too_large"] = self.transport.too_large
         return stats
 
 

@@ -202,3 +202,17 @@ def test_client_records_stay_bounded_behind_a_long_lived_worker(tmp_path: Path) 
         stats = gw.gateway.edges["dcp"].stats()
         assert stats["workers"] == 1 and stats["peers"] <= 4
         one_request(12)  # the worker is still served in its own dialect
+
+
+def test_a_request_over_max_message_bytes_in_small_frames_is_dropped_and_counted(tmp_path: Path) -> None:
+    # [limits] max_message_bytes bounds a whole message, not only each frame (ZMQ_MAXMSGSIZE).
+    with running_on(tmp_path, "[limits]\nmax_message_bytes = 4096\n") as gw:
+        w = worker(gw, b"echo")
+        client = gw.dealer("dcp")
+        send(client, Request(service=b"echo", metadata=(b"big",), data=(b"x" * 2000,) * 3))
+        send(client, Request(service=b"echo", metadata=(b"small",), data=(b"y",)))
+        assert serve_one(w).metadata == (b"small",)
+        reply = get(client)
+        assert isinstance(reply, Reply) and reply.metadata == (b"small",)
+        assert gw.gateway.edges["dcp"].stats()["too_large"] == 1
+        assert nothing(w)  # the big one never reached the worker

@@ -81,3 +81,20 @@ def test_oversized_frame_never_reaches_python(ctx: zmq.Context[zmq.Socket[bytes]
     assert frames == [b"", b"fine"]
     assert not router.socket.poll(200)  # the big one was dropped by libzmq
     router.close()
+
+
+def test_a_message_over_the_byte_limit_in_small_frames_is_dropped_and_counted(
+    ctx: zmq.Context[zmq.Socket[bytes]],
+) -> None:
+    # ZMQ_MAXMSGSIZE bounds each frame; the sum of a message's frames is bounded here.
+    router = RouterEndpoint(ctx, "tcp://127.0.0.1:*", Limits(max_message_bytes=1000))
+    dealer = connect_dealer(ctx, router.endpoint)
+    dealer.send_multipart([b"", b"x" * 600, b"y" * 600])  # 1200 bytes, each frame under 1000
+    dealer.send_multipart([b"", b"a" * 500, b"b" * 500])  # exactly 1000: kept
+    identity, frames = _recv(router)
+    assert frames == [b"", b"a" * 500, b"b" * 500]
+    assert router.too_large == 1 and router.oversized == 0
+    assert (router.received, router.receive_failures) == (2, 1)
+    assert router.send(identity, [b"", b"still served"])  # the peer is not cut off
+    assert dealer.poll(5000) and dealer.recv_multipart() == [b"", b"still served"]
+    router.close()
