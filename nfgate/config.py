@@ -18,6 +18,7 @@ The file (every table and key optional)::
     queue_expiry_ms = 300000         # a request with no worker waits this long, then 408
     max_redispatch = 3               # re-dispatches after a worker dies, then 500
     max_queue_per_service = 10000    # beyond it: 503
+    max_queued = 50000               # over all services; beyond it: 503
     max_in_flight_per_worker = 64
 
     [limits]
@@ -72,7 +73,13 @@ DEFAULT_BINDS: Mapping[str, tuple[str, ...]] = {k.kind: k.binds for k in KINDS.v
 JOB_RETENTION_S = 86_400  # a day: a client GETs its result long before that
 DEFAULT_METRICS = "http://127.0.0.1:9464"
 _EDGE_KEYS = {"enabled", "bind", "heartbeat_ms", "liveness"}
-_ROUTING_KEYS = {"queue_expiry_ms", "max_redispatch", "max_queue_per_service", "max_in_flight_per_worker"}
+_ROUTING_KEYS = {
+    "queue_expiry_ms",
+    "max_redispatch",
+    "max_queue_per_service",
+    "max_queued",
+    "max_in_flight_per_worker",
+}
 _LIMIT_KEYS = {"max_message_bytes", "max_frames", "high_water_mark", "max_peers"}
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -232,6 +239,7 @@ def load(
         queue_expiry_ms=_int(routing, "queue_expiry_ms", "routing", rc.queue_expiry_ms),
         max_redispatch=_int(routing, "max_redispatch", "routing", rc.max_redispatch),
         max_queue_per_service=_int(routing, "max_queue_per_service", "routing", rc.max_queue_per_service, 1),
+        max_queued=_int(routing, "max_queued", "routing", rc.max_queued, 1),
         max_in_flight_per_worker=_int(
             routing, "max_in_flight_per_worker", "routing", rc.max_in_flight_per_worker, 1
         ),

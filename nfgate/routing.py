@@ -194,10 +194,15 @@ class Router:
             req = cmd
             self._next_id = max(self._next_id, cmd.id + 1)
         name = req.service.name
+        full = ""
         if self._queued_count.get(name, 0) >= self._cfg.max_queue_per_service:
+            full = "service queue full"
+        elif len(self._waiting) >= self._cfg.max_queued and not self._free.get(name):
+            full = "gateway queue full"  # a request a free worker takes at once still goes
+        if full:
             self._stats["rejected"] += 1
             reply = Reply(id=req.id, status=Status.UNAVAILABLE)
-            out.append(Deliver(reply=reply, request=req, remaining=0, reason="service queue full"))
+            out.append(Deliver(reply=reply, request=req, remaining=0, reason=full))
             return
         job = Job(req)
         self._jobs[req.id] = job

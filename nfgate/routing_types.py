@@ -69,6 +69,8 @@ class RouterConfig:
     queue_expiry_ms: int = attrs.field(default=300_000, validator=[v.instance_of(int), v.ge(0)])
     max_redispatch: int = attrs.field(default=3, validator=[v.instance_of(int), v.ge(0)])
     max_queue_per_service: int = attrs.field(default=10_000, validator=[v.instance_of(int), v.ge(1)])
+    # Over all services: many services with a short queue each add up too (memory).
+    max_queued: int = attrs.field(default=50_000, validator=[v.instance_of(int), v.ge(1)])
     liveness: Mapping[str, tuple[int, int]] = attrs.field(default=DEFAULT_LIVENESS, converter=_liveness_map)
     default_liveness: tuple[int, int] = (2500, 3)
     heartbeat_grants_slot: frozenset[str] = attrs.field(default=frozenset({"dcp"}), converter=frozenset)

@@ -63,6 +63,7 @@ enabled = false
         ("[gateway]\nlog_level = 'loud'\n", "gateway.log_level"),
         ("limits = 3\n", "limits"),
         ("[limits]\nmax_peers = 0\n", "limits.max_peers"),
+        ("[routing]\nmax_queued = 0\n", "routing.max_queued"),
         ("[nope]\n", "nope"),
     ],
 )

@@ -592,6 +592,23 @@ def test_queue_full_503_without_accepted() -> None:
     assert r.stats()["rejected"] == 1
 
 
+def test_the_gateway_wide_queue_limit_refuses_only_what_would_wait() -> None:
+    # Many services with a short queue each add up: max_queued bounds them all.
+    r = Router(RouterConfig(max_queued=3))
+    for name in ("a", "b", "c"):
+        submit(r, req(name))
+    out = r.handle(req("d"), 0)
+    (d,) = of(out, Deliver)
+    assert d.reply.status == 503 and d.reason == "gateway queue full" and not of(out, Accepted)
+    reg(r, W1, 0, svc("e"))
+    rid, out = submit(r, req("e"))  # a free worker takes it at once: not refused
+    assert dispatched(out) == [(W1, rid)]
+    answer(r, W1, rid)
+    r.handle(Cancel(peer=CA, job_id="1"), 0)  # one queued request fewer: room again
+    assert submit(r, req("d"))[0] > 0
+    assert r.stats()["rejected"] == 1 and r.stats()["queued"] == 3
+
+
 # --- replies, cancel, lookup -------------------------------------------------------------
 
 
