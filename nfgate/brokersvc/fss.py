@@ -22,12 +22,15 @@ the root through a symlink, and non-regular files (a FIFO would block the broker
 NorFab strips leading slashes instead; refusing says plainly that the URL was wrong.
 Missing: 404. Other OS errors (permissions): 500.
 
-Only the filesystem is touched, and only below the root.
+Only the filesystem is touched, and only below the root. ``file_details`` hashes on the
+gateway's loop, so a URL listed twice is hashed once and a file's digests are kept
+(:data:`MAX_DIGESTS` files) while its inode, size and mtime stay the same.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import io
 import os
@@ -48,6 +51,9 @@ __all__ = ["DEFAULT_CHUNK", "MAX_CHUNK", "MAX_ENTRIES", "FileRoot", "handle"]
 DEFAULT_CHUNK: Final = 256_000  # NorFab's default chunk_size
 MAX_CHUNK: Final = 1024 * 1024  # one reply stays well under the transports' message limit
 MAX_ENTRIES: Final = 10_000  # list_files/walk/file_details answers are bounded too
+MAX_DIGESTS: Final = 4096  # files whose digests are remembered (by inode, size, mtime)
+
+_DIGESTS: dict[tuple[int, int, int, int], tuple[str, str]] = {}
 
 _SCHEME: Final = "nf://"
 _DRIVE: Final = re.compile(r"[A-Za-z]:")
@@ -151,7 +157,7 @@ def _file_details(
     if not all(isinstance(item, str) for item in url):
         raise RequestError(Status.UNKNOWN, f"{task}: 'url' must be a string or a list of strings")
     out: dict[str, Any] = {}
-    for item in url:
+    for item in dict.fromkeys(url):  # a URL listed twice is hashed once
         try:
             out[item] = _details(root, item)
         except RequestError as exc:
@@ -233,17 +239,27 @@ def _directory(root: FileRoot, url: str) -> str:
 
 
 def _details(root: FileRoot, url: str) -> dict[str, Any]:
-    md5, sha256 = hashlib.md5(usedforsecurity=False), hashlib.sha256()
     with _open_regular(root, url) as file:
         info = os.fstat(file.fileno())
-        while chunk := file.read(65536):
-            md5.update(chunk)
-            sha256.update(chunk)
+        # The loop hashes on its own thread: a file unchanged since it was last hashed
+        # (same inode, size and mtime) is not read again. NorFab's clients ask for the
+        # details of the same files before every fetch.
+        key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        digests = _DIGESTS.pop(key, None)
+        if digests is None:
+            md5, sha256 = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+            while chunk := file.read(65536):
+                md5.update(chunk)
+                sha256.update(chunk)
+            digests = md5.hexdigest(), sha256.hexdigest()
+        _DIGESTS[key] = digests  # most recently used last
+        if len(_DIGESTS) > MAX_DIGESTS:
+            del _DIGESTS[next(iter(_DIGESTS))]
     return {
-        "md5hash": md5.hexdigest(),  # NorFab's client compares this with its cached copy
+        "md5hash": digests[0],  # NorFab's client compares this with its cached copy
         "size_bytes": info.st_size,
         "exists": True,
-        "sha256hash": sha256.hexdigest(),
+        "sha256hash": digests[1],
         "modified": info.st_mtime,
     }
 
@@ -276,6 +292,8 @@ def _os_error(url: str, exc: OSError) -> RequestError:
         return RequestError(Status.NOT_FOUND, f"'{url}': file not found")
     if isinstance(exc, IsADirectoryError):
         return RequestError(Status.UNKNOWN, f"'{url}': is a directory")
+    if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP):  # the URL is wrong: retrying cannot help
+        return RequestError(Status.UNKNOWN, f"'{url[:200]}': {exc.strerror}")
     return RequestError(Status.ERROR, f"'{url}': {exc.strerror or exc}")
 
 

@@ -229,6 +229,14 @@ def _get_logs(req: _Req, view: BrokerView) -> Any:
         raise RequestError(Status.UNKNOWN, f"{req.task}: 'last' must be 0 (all) or more, not {last}")
     level, logger = req.get("level", str, ""), req.get("logger", str, "")
     since, until = req.get("since", str, ""), req.get("until", str, "")
+    for key, value in (("since", since), ("until", until)):
+        try:
+            if value:
+                datetime.datetime.fromisoformat(value)
+        except ValueError:  # compared as text, "yesterday" would match nothing, silently
+            raise RequestError(
+                Status.UNKNOWN, f"{req.task}: {key!r} must be an ISO 8601 time, e.g. 2026-11-26T10:00:00"
+            ) from None
     records = []
     for line in view.logs:
         record = _record(line, view.broker.name)

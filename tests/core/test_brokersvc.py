@@ -216,6 +216,9 @@ def test_get_logs_records_and_filters() -> None:
     assert run("get_logs", v, last=-1).status == 400
     assert run("get_logs", v, last="5").status == 400
     assert run("get_logs", v, last=True).status == 400  # JSON true is not a count
+    assert messages(since="2026-01-01") == ["a", "b", "c"]  # a date alone is a time too
+    bad = run("get_logs", v, since="yesterday")  # as text it would match nothing, silently
+    assert bad.status == 400 and "ISO 8601" in bad.value
 
 
 def test_spec_show_tasks() -> None:
@@ -436,6 +439,35 @@ def test_file_details(tree: Path) -> None:
     assert many["nf://missing"]["exists"] is False and "not found" in many["nf://missing"]["error"]
     assert many["nf://../secret.txt"]["exists"] is False and ".." in many["nf://../secret.txt"]["error"]
     assert call(root, "file_details", url=["nf://a.txt", 5])[0] == 400
+
+
+def test_file_details_hashes_a_file_once_while_it_is_unchanged(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The hashing runs on the loop: a URL listed many times, or asked for again, must
+    # not be read again (a 2 MB file listed 2,000 times blocked the broker for 10 s).
+    root = fss.FileRoot(tree)
+    reads: list[int] = []
+    real = hashlib.sha256
+
+    def counting() -> Any:
+        reads.append(1)
+        return real()
+
+    monkeypatch.setattr(fss.hashlib, "sha256", counting)
+    status, many = call(root, "file_details", url=["nf://a.txt"] * 500)
+    assert status == 200 and list(many) == ["nf://a.txt"] and len(reads) == 1
+    assert call(root, "file_details", url="nf://a.txt")[1]["md5hash"] == hashlib.md5(b"alpha\n").hexdigest()
+    assert len(reads) == 1
+    write(tree / "a.txt", "changed, and longer\n")  # new size (and mtime): hashed again
+    details = call(root, "file_details", url="nf://a.txt")[1]
+    assert details["sha256hash"] == real(b"changed, and longer\n").hexdigest() and len(reads) == 2
+
+
+def test_a_name_too_long_is_400_not_500(tree: Path) -> None:
+    root = fss.FileRoot(tree)
+    status, message = call(root, "file_details", url="nf://" + "x" * 5000)
+    assert status == 400 and "too long" in message
 
 
 def test_walk(tree: Path) -> None:
