@@ -143,7 +143,24 @@ def _binds(value: object, where: str) -> tuple[str, ...]:
     for url in value:
         if "://" not in url:
             raise ConfigError(f"config: {where}.bind: {url!r} is not a URL like tcp://127.0.0.1:5555")
+        _check_port(url, f"{where}.bind")
     return tuple(value)
+
+
+_PORTED = frozenset({"tcp", "tls+tcp", "tcp4", "tcp6", "tls+tcp4", "tls+tcp6", "ws", "wss", "udp"})
+
+
+def _check_port(url: str, where: str) -> None:
+    """Refuse a port out of 0..65535 in a TCP-like URL (``*`` is any port): libzmq
+    would take ``:70000`` as port 4464 (the low 16 bits) and bind there, silently."""
+    scheme, _, rest = url.partition("://")
+    if scheme not in _PORTED:
+        return  # ipc://, inproc://: no port
+    address = rest.split("/", 1)[0] if scheme in ("ws", "wss") else rest
+    port = address.rpartition(":")[2] if ":" in address else ""
+    if port == "*" or (port.isdigit() and int(port) <= 65535):
+        return
+    raise ConfigError(f"config: {where}: {url!r} needs a port from 0 to 65535 (or *) after the last ':'")
 
 
 def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:

@@ -157,12 +157,21 @@ def serve(
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     holder: list[Gateway] = []
     exporter: MetricsServer | None = None
-    reader, writer = _signals(lambda: holder[0].stop() if holder else None)
+    asked: list[bool] = []  # a signal came, maybe while the gateway was being built
+
+    def stop() -> None:
+        asked.append(True)
+        if holder:
+            holder[0].stop()
+
+    reader, writer = _signals(stop)
     try:
         # Metrics first: a port in use is then the only line printed.
         exporter = _metrics(holder, cfg.metrics) if cfg.metrics is not None else None
         gateway = build(cfg, context, wake_fd=reader.fileno(), logs=logs)
         holder.append(gateway)
+        if asked:  # a stop asked for during start-up (a slow inventory, say) is not lost
+            gateway.stop()
         if exporter is not None:
             gateway.on_close(exporter.close)
             log.info("metrics on %s", exporter.url)

@@ -64,6 +64,10 @@ enabled = false
         ("limits = 3\n", "limits"),
         ("[limits]\nmax_peers = 0\n", "limits.max_peers"),
         ("[routing]\nmax_queued = 0\n", "routing.max_queued"),
+        # libzmq would bind :70000 as :4464 (the low 16 bits) without a word
+        ("[edges.nfp]\nbind = 'tcp://127.0.0.1:70000'\n", "edges.nfp.bind"),
+        ("[edges.dcp]\nbind = ['tcp://127.0.0.1:5556', 'tcp://127.0.0.1:-5']\n", "edges.dcp.bind"),
+        ("[edges.memodb]\nbind = 'tcp://127.0.0.1'\n", "edges.memodb.bind"),
         ("[nope]\n", "nope"),
     ],
 )

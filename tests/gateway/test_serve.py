@@ -74,6 +74,40 @@ def test_sigint_also_drains_and_exits_0(tmp_path: Path) -> None:
     assert server.proc.wait(timeout=15) == 0
 
 
+def _catches_sigterm(pid: int) -> bool:
+    """True once the process has its SIGTERM handler (Linux: SigCgt in /proc)."""
+    with open(f"/proc/{pid}/status") as status:
+        caught = next(line for line in status if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads SigCgt from /proc")
+@pytest.mark.timeout(120)
+def test_a_signal_during_start_up_is_not_lost(tmp_path: Path) -> None:
+    # An inventory that takes a second or more to read keeps the gateway in build();
+    # a SIGTERM then (systemctl stop right after start) must still stop it, exit 0.
+    (tmp_path / "common.yaml").write_text("x: 1\n")
+    workers = "".join(f"  w{i}:\n    - common.yaml\n" for i in range(20_000))
+    (tmp_path / "inventory.yaml").write_text("workers:\n" + workers)
+    config = tmp_path / "slow.toml"
+    config.write_text("[edges.nfp]\ninventory = 'inventory.yaml'\n")
+    args = ["--config", str(config), "--data-dir", str(tmp_path / "data"), "--no-metrics", *RANDOM]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nfgate", "serve", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        until(lambda: _catches_sigterm(proc.pid), timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert proc.stderr is not None and "nfgate: stopped" in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 def run_bad(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "nfgate", "serve", *args], capture_output=True, text=True, timeout=30
