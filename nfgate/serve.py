@@ -22,7 +22,7 @@ from nfgate.capture import Capture
 from nfgate.config import ServeConfig, load
 from nfgate.edges import Edge, EdgeSettings
 from nfgate.edges.kinds import KINDS
-from nfgate.errors import NfgateError
+from nfgate.errors import NfgateError, TransportError
 from nfgate.gateway import Gateway, LogRing
 from nfgate.metrics import MetricsServer, render
 from nfgate.routing import Router
@@ -60,6 +60,7 @@ def build(
     """
     store = JobStore(cfg.data_dir / "jobs.sqlite3", fsync=cfg.fsync, retention_ms=cfg.job_retention_s * 1000)
     edges: list[Edge] = []
+    bound: list[str] = []  # logged once every edge is up: no "listening" line before a failure
     try:
         for ec in cfg.edges:
             if not ec.enabled:
@@ -76,20 +77,25 @@ def build(
                     limits=cfg.limits,
                     options={"heartbeat": (ec.heartbeat_ms, ec.liveness), **ec.options},
                 )
-                edge = make(settings, store=store)
+                try:
+                    edge = make(settings, store=store)
+                except TransportError as exc:  # name the edge: the URL alone may not say which
+                    raise TransportError(f"{name} edge: {exc}") from None
                 edges.append(edge)
                 if edge.endpoint:
                     key = getattr(edge, "curve_public_key", "")
                     secured = f" (CURVE, server public key {key})" if key else ""
-                    log.info("%s edge (%s) listening on %s%s", name, ec.kind, edge.endpoint, secured)
+                    bound.append(f"{name} edge ({ec.kind}) listening on {edge.endpoint}{secured}")
                 else:
-                    log.info("%s edge (%s) started", name, ec.kind)
+                    bound.append(f"{name} edge ({ec.kind}) started")
     except NfgateError:
         for edge in edges:
             edge.close()
         stop_authenticators(context)
         store.close()
         raise
+    for line in bound:
+        log.info("%s", line)
     gateway = Gateway(Router(cfg.routing), edges, wake_fd=wake_fd, logs=logs)
     gateway.on_close(store.close)
     gateway.on_close(lambda: stop_authenticators(context))

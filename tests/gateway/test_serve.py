@@ -134,16 +134,22 @@ def test_bad_config_is_one_line_naming_the_key_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2 and "not valid TOML" in done.stderr
 
 
-def test_port_in_use_is_one_line_exit_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["nfp", "dcp"])  # the first edge bound, and one after it
+def test_port_in_use_is_one_line_naming_the_edge_exit_2(tmp_path: Path, kind: str) -> None:
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
         done = run_bad(
-            "--data-dir", str(tmp_path), "--bind", f"nfp=tcp://127.0.0.1:{port}", *random_bind_args(but="nfp")
+            "--data-dir",
+            str(tmp_path),
+            "--bind",
+            f"{kind}=tcp://127.0.0.1:{port}",
+            *random_bind_args(but=kind),
         )
     assert done.returncode == 2
-    assert "address already in use" in done.stderr and done.stderr.strip().count("\n") == 0
+    assert done.stderr.strip().count("\n") == 0, done.stderr  # no "listening" line of an edge before it
+    assert f"{kind} edge: cannot bind" in done.stderr and "address already in use" in done.stderr
 
 
 def _recv(sock: zmq.Socket[bytes]) -> object:
