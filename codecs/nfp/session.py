@@ -24,6 +24,7 @@ __all__ = [
     "accepted_body",
     "dumps",
     "error_body",
+    "failed_body",
     "failed_result",
     "keyed_body",
     "keyed_result",
@@ -182,6 +183,14 @@ def _keyed(name: str, worker_name: str, value: Any) -> dict[str, Any]:
             "status": "completed",
         }
     }
+
+
+def failed_body(name: str, status: int, body: tuple[bytes, ...]) -> bytes:
+    """A non-NorFab worker's error status for a NorFab client: NorFab's 200 with
+    ``failed`` set, the worker's body kept as the ``result`` (parsed when it is JSON)."""
+    value = failed_result(name, status, "worker error")
+    value[name]["result"] = _json_value(body)
+    return _dumps(value)
 
 
 def failed_result(name: str, status: int, reason: str) -> dict[str, Any]:

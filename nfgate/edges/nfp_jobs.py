@@ -232,10 +232,13 @@ class NfpJobs:
         if not results:
             state = "PENDING" if job is not None else (record.state.value.upper() if record else "")
             body = nfpjson.dumps({"uuid": uuid, "service": service, "status": state})
+            # 300 says "retry"; a job that ended without a result (cancelled) never has
+            # one, so its client is told 400, "SHOULD NOT retry", with the state.
+            code = Status.PENDING if job is not None else Status.UNKNOWN
             self._send(
                 peer.address,
                 dialect,
-                Response(header=BROKER, service=service, uuid=uuid, status=Status.PENDING, body=(body,)),
+                Response(header=BROKER, service=service, uuid=uuid, status=code, body=(body,)),
             )
             return
         if dialect == "norfab":
@@ -265,7 +268,10 @@ class NfpJobs:
         uuid, service = msg.uuid, msg.service or ""
         job = self._by_uuid.get(uuid)
         if job is None or job.client != peer.address or not job.core_id:
-            self._error(peer.address, dialect, service, uuid, Status.UNKNOWN, "no running job with that uuid")
+            why = "no running job with that uuid"
+            if job is not None and job.client != peer.address:
+                why = "the job with that uuid was posted by another client"
+            self._error(peer.address, dialect, service, uuid, Status.UNKNOWN, why)
             return []
         body = nfpjson.dumps({"uuid": uuid, "service": service, "status": "CANCELLED"})
         self._send(
@@ -379,7 +385,12 @@ class NfpJobs:
         elif job.dialect == "norfab":
             key = self._key(job, name)
             norfab = reply.worker is not None and self._edge.speaks_norfab(reply.worker)
-            status, body = reply.status, (nfpjson.keyed_body(key, name, reply.body, norfab_worker=norfab),)
+            if reply.status >= 400 and not norfab:
+                # Another protocol's failure in NorFab's own form (200, "failed": true):
+                # NorFab's client reads "failed", and drops the body of a 4xx/5xx.
+                status, body = Status.OK, (nfpjson.failed_body(key, reply.status, reply.body),)
+            else:
+                status, body = reply.status, (nfpjson.keyed_body(key, name, reply.body, norfab_worker=norfab),)
             name = key
         else:
             status, body = reply.status, reply.body or (b"",)

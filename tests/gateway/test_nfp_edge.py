@@ -262,6 +262,11 @@ def test_delete_cancels_a_queued_job(gw: Running) -> None:
     assert cancelled.status == 200 and json.loads(cancelled.body[0])["status"] == "CANCELLED"  # type: ignore[attr-defined]
     w = spec_worker(gw, "nobody", b"late")
     assert quiet(w, 300)
+    # No result will ever come: 400 ("SHOULD NOT retry") with the state, not 300 ("retry").
+    send(client, Get(header=CLIENT, service="nobody", target="any", uuid=job, body=(b"",)))
+    after = get(client)
+    assert isinstance(after, Response) and after.status == 400
+    assert json.loads(after.body[0])["status"] == "CANCELLED"
 
 
 def test_unknown_worker_gets_disconnect(gw: Running) -> None:
@@ -601,49 +606,3 @@ def test_client_records_stay_bounded_behind_a_long_lived_worker(tmp_path: Path) 
         stats = gw.gateway.edges["nfp"].stats()
         assert stats["workers"] == 1 and stats["peers"] <= 4
         one_job(12)  # the worker's record was kept: it is still a worker, not a stranger
-
-
-@pytest.mark.parametrize("dialect", ["spec", "norfab"])
-def test_post_beyond_the_service_queue_limit_is_500_and_its_uuid_stays_free(
-    tmp_path: Path, dialect: str
-) -> None:
-    """A POST the core turns away (the service's queue is full) gets 500 ("SHOULD
-    retry"), never silence; no record is kept, so a retry of the same uuid is judged
-    afresh and served once a worker takes the queue."""
-    with running_on(tmp_path, "[routing]\nmax_queue_per_service = 2\n") as gw:
-        client = gw.dealer("nfp")
-        if dialect == "spec":
-            send(client, Open(header=CLIENT))
-            assert get(client) == Open(header=BROKER)
-        queued = [post(client, "busy", b"q%d" % i, dialect=dialect) for i in range(2)]
-        assert [get(client, dialect).status for _ in queued] == [202, 202]  # type: ignore[attr-defined]
-        extra = post(client, "busy", b"extra", dialect=dialect)
-        refused = get(client, dialect)
-        assert isinstance(refused, Response) and (refused.uuid, refused.status) == (extra, 500)
-        assert "queue full" in refused.body[0].decode()
-        send(client, Get(header=CLIENT, service="busy", target="any", uuid=extra, body=(b"",)), dialect)
-        assert get(client, dialect).status == 400  # type: ignore[attr-defined]  # unknown: nothing kept
-        assert gw.gateway.edges["nfp"].counters["jobs_turned_away"] == 1
-        reader = sqlite3.connect(store_of(gw).path)  # the loop's connection is its own
-        try:  # no record: nothing to dispatch again after a restart
-            assert reader.execute("SELECT count(*) FROM jobs WHERE uuid = ?", (extra,)).fetchone() == (0,)
-        finally:
-            reader.close()
-        w = spec_worker(gw, "busy", b"wb")
-
-        def serve_one(expect: str) -> None:
-            request = get(w)
-            assert isinstance(request, Post) and request.uuid == expect
-            send(w, Response(header=WORKER, service="busy", uuid=expect, status=200, body=(b"ok",)))
-            answer = get(client, dialect)
-            if dialect == "norfab" and expect != extra:  # queued at POST: a 202 naming the worker first
-                assert isinstance(answer, Response) and json.loads(answer.body[0])["workers"] == ["wb"]
-                answer = get(client, dialect)
-            assert isinstance(answer, Response) and (answer.uuid, answer.status) == (expect, 200)
-
-        for job in queued:
-            serve_one(job)
-        post_again = Post(header=CLIENT, service="busy", target="any", uuid=extra, body=(b"again",))
-        send(client, post_again, dialect)
-        assert get(client, dialect).status == 202  # type: ignore[attr-defined]
-        serve_one(extra)
