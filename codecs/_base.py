@@ -27,6 +27,7 @@ __all__ = [
     "check_bytes_tuple",
     "ascii_int",
     "printable",
+    "reason_of",
 ]
 
 
@@ -142,7 +143,7 @@ class Codec:
         try:
             return _CONVERTER.structure(fields, cls), dialect
         except Exception as exc:  # cattrs wraps validator errors in groups
-            raise ConfigError(f"{self.name}: bad {cls.TYPE} fields: {_flatten(exc)}") from exc
+            raise ConfigError(f"{self.name}: bad {cls.TYPE} fields: {reason_of(exc)}") from exc
 
     @functools.cached_property
     def _types(self) -> dict[str, type[Message]]:
@@ -155,11 +156,16 @@ class Codec:
         return dialect
 
 
-def _flatten(exc: BaseException) -> str:
+def reason_of(exc: BaseException) -> str:
+    """One readable line for a validation error: attrs validators raise with their
+    message first and the attribute, options and value after it (whose repr is a
+    screenful), cattrs groups them, a missing field is a KeyError."""
     if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_flatten(e) for e in exc.exceptions)
+        return "; ".join(reason_of(e) for e in exc.exceptions)
     if isinstance(exc, KeyError):  # cattrs: a required field the JSON lacks
         return f"missing field {exc.args[0]!r}" if exc.args else "missing field"
+    if len(exc.args) > 1 and isinstance(exc.args[0], str):
+        return exc.args[0]
     return str(exc) or type(exc).__name__
 
 

@@ -51,3 +51,5 @@ def test_invalid_vector_is_rejected_with_its_reason(vid: str, vector: dict[str, 
         codec.decode(frames(vector), vector["dialect"])
     assert vector["error"].lower() in info.value.reason.lower()
     assert info.value.protocol == vector["protocol"]
+    # A reason a person can act on: one line, not a validator's repr of the attribute.
+    assert "\n" not in info.value.reason and "Attribute(" not in info.value.reason, info.value.reason

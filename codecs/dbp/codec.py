@@ -25,7 +25,7 @@ from typing import Any
 
 from nfgate.errors import DecodeError, EncodeError
 
-from .._base import FrameReader, Message, printable
+from .._base import FrameReader, Message, printable, reason_of
 from .messages import (
     Ack,
     Approved,
@@ -195,7 +195,7 @@ def decode(frames: list[bytes], dialect: str) -> Message:
     try:
         return _body(cls, reader, seconds, dialect)
     except (TypeError, ValueError) as exc:  # belt and braces: decoders raise DecodeError only
-        raise reader.error(str(exc)) from None
+        raise reader.error(reason_of(exc)) from None
 
 
 def _tag_hint(tag: bytes, dialect: str) -> str:

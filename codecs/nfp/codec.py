@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from nfgate.errors import DecodeError, EncodeError
 
-from .._base import FrameReader, Message, printable
+from .._base import FrameReader, Message, printable, reason_of
 from .messages import (
     BROKER,
     CLIENT,
@@ -101,7 +101,7 @@ def decode(frames: list[bytes], dialect: str) -> Message:
     try:
         return _decode_body(reader, dialect, header, cls)
     except ValueError as exc:  # a field validator refused what the frames hold
-        raise reader.error(str(exc)) from None
+        raise reader.error(reason_of(exc)) from None
 
 
 def _command(reader: FrameReader, dialect: str) -> int:

@@ -390,7 +390,10 @@ class NfpJobs:
                 # NorFab's client reads "failed", and drops the body of a 4xx/5xx.
                 status, body = Status.OK, (nfpjson.failed_body(key, reply.status, reply.body),)
             else:
-                status, body = reply.status, (nfpjson.keyed_body(key, name, reply.body, norfab_worker=norfab),)
+                status, body = (
+                    reply.status,
+                    (nfpjson.keyed_body(key, name, reply.body, norfab_worker=norfab),),
+                )
             name = key
         else:
             status, body = reply.status, reply.body or (b"",)
