@@ -53,6 +53,7 @@ held contexts, in-flight sends and free lists are all bounded by ``max_contexts`
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import time
@@ -72,6 +73,8 @@ __all__ = [
     "nng_url",
     "server_tls",
 ]
+
+log = logging.getLogger("nfgate.transports.nng")
 
 _NONBLOCK = int(lib.NNG_FLAG_NONBLOCK)
 _EAGAIN = int(lib.NNG_EAGAIN)
@@ -254,6 +257,7 @@ class RepEndpoint:
             if len(self._held) >= self.max_contexts:
                 # The context forgets this request when it receives the next one.
                 self.refused += 1
+                log.debug("%s: request from pipe-%d refused: %d held", self.url, pipe, self.max_contexts)
                 self._recycle(ctx)
                 continue
             key = self._next_key

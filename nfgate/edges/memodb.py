@@ -108,6 +108,7 @@ class MemodbEdge(Edge):
         "clients_gone",
         "job_timeouts",
         "late_replies",
+        "peer_limit",
         "services_ignored",
         "stale_results",
         "superseded",
@@ -143,6 +144,7 @@ class MemodbEdge(Edge):
         self._seq = 0
         self._clients: dict[int, _Client] = {}  # transport key of a client's JOB -> its record
         self._client_pipes: dict[int, set[int]] = {}  # connection -> keys of its clients' JOBs
+        self._per_peer = int(opts.get("max_contexts_per_peer", 1024))  # type: ignore[call-overload]
         self._worker_pipes: dict[int, set[bytes]] = {}  # connection -> IDs of its workers
         self._next_id = int.from_bytes(os.urandom(4), "big")  # a restarted broker knows no old ID
         self._reap_at: int | None = None
@@ -284,6 +286,11 @@ class MemodbEdge(Edge):
             self.transport.drop(key)
             return
         client = self._client(pipe, key)
+        if len(self._client_pipes.get(pipe, ())) >= self._per_peer:
+            # As a request beyond max_contexts: dropped unanswered, the client resends.
+            self.bad_input(client, "peer_limit", f"{self._per_peer} JOBs held for this connection")
+            self.transport.drop(key)
+            return
         self._clients[key] = _Client(job.id, dialect_of(job), pipe)
         self._client_pipes.setdefault(pipe, set()).add(key)
         out.append(

@@ -39,6 +39,9 @@ MEMODB_OPTIONS: Mapping[str, tuple[Callable[[object, str, Path], Any], Any]] = {
     # Requests held at once (idle workers' long-polls + clients waiting for a RESULT);
     # beyond it a request is dropped unanswered and counted (``refused``).
     "max_contexts": (positive_int(1), 4096),
+    # Of those, what one connection's clients may hold: one connection opening contexts
+    # for JOBs no worker takes must not lock every other peer out.
+    "max_contexts_per_peer": (positive_int(1), 1024),
     # The JOB timeout given to a MemoDB worker for a request that carries none (from
     # an NFP, DCP or SADA client).
     "job_timeout_ms": (positive_int(1), 300_000),

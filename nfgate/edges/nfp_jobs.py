@@ -516,7 +516,9 @@ class NfpJobs:
                 )
             )
         if commands:
-            log.info("%s: %d stored job(s) dispatched again", self._edge.name, len(commands))
+            log.info(
+                "%s: %d stored job(s) taken up again (dispatched or queued)", self._edge.name, len(commands)
+            )
         return commands
 
     # ------------------------------------------------------------ sending

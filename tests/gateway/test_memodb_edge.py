@@ -322,6 +322,27 @@ def test_requests_beyond_max_contexts_are_refused_and_counted(tmp_path: Path) ->
         finish(gw)
 
 
+def test_one_connection_cannot_hold_every_context(tmp_path: Path) -> None:
+    gw = start_gateway(tmp_path, FAST + "max_contexts_per_peer = 2\n[routing]\nqueue_expiry_ms = 5000\n")
+    peers = Peers(gw)
+    contexts: list[pynng.Context] = []
+    try:
+        hog = peers.req(recv_ms=300)
+        contexts += [hog.new_context() for _ in range(3)]
+        for i, ctx in enumerate(contexts):
+            send(ctx, Job(service="later", timeout_ms=1000, payload=b"%d" % i))
+        until(lambda: edge_stats(gw)["peer_limit"] == 1)  # the third of one connection
+        other = peers.req(recv_ms=300)
+        send(other, Job(service="later", timeout_ms=1000, payload=b"x"))
+        until(lambda: edge_stats(gw)["held"] == 3)  # another connection still gets in
+        assert edge_stats(gw)["peer_limit"] == 1
+    finally:
+        for ctx in contexts:  # before their socket: a context outliving it complains
+            ctx.close()
+        peers.close()
+        finish(gw)
+
+
 def test_bcdb_style_worker_with_raw_pynng(fast: tuple[Running, Peers]) -> None:
     """A worker written like bcdb's: hand-made CBOR, services in canonical order, 3-element
     RESULT; everything it gets must pass the bcdb dialect's rules."""

@@ -185,7 +185,7 @@ def test_accepted_job_survives_kill_9_and_is_dispatched_after_restart(
         "--data-dir", str(tmp_path), "--bind", f"nfp=tcp://127.0.0.1:{port}", *random_bind_args(but="nfp")
     )
     try:
-        assert any("dispatched again" in line for line in again.lines)
+        assert any("stored job(s) taken up again" in line for line in again.lines)
         worker = ctx.socket(zmq.DEALER)
         worker.setsockopt(zmq.LINGER, 0)
         worker.setsockopt(zmq.IDENTITY, b"late-worker")
