@@ -234,7 +234,7 @@ class NfpEdge(RouterEdge):
                 self._forget_worker(address, p)
                 out.append(Unregister(peer=peer, reason="worker sent DISCONNECT"))
             case Action.STRANGER, _:
-                self.counters["strangers"] += 1
+                self.bad_input(peer, "strangers", f"worker's {message.TYPE} from a peer that is no worker")
                 self._disconnect(address, p, "unregistered")
             case Action.IGNORE, Ready():
                 # specs/nfp.md "Opening and Closing": "The worker MUST NOT send a further
@@ -245,7 +245,7 @@ class NfpEdge(RouterEdge):
                 self._forget_worker(address, p)
                 out.append(Unregister(peer=peer, reason="worker sent READY twice"))
             case Action.IGNORE, _:
-                self.counters["ignored"] += 1
+                self.bad_input(peer, "ignored", f"{message.TYPE} from a {p.state.value} peer, ignored")
             case _:
                 self.bad_input(peer, "unexpected", f"{message.TYPE} from a {p.state.value} peer")
 
