@@ -177,9 +177,10 @@ def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
     if options.get("curve_allow") is not None and options.get("curve_secret_key") is None:
         raise ConfigError(f"config: {where}.curve_allow needs {where}.curve_secret_key")
     if enabled and options.get("curve_secret_key") is not None:
-        load_server_keys(
-            options["curve_secret_key"], options.get("curve_allow")
-        )  # fail at start, in one line
+        try:  # fail at start, in one line naming the key
+            load_server_keys(options["curve_secret_key"], options.get("curve_allow"))
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("config: curve_", f"config: {where}.curve_", 1)) from None
     return EdgeConfig(
         kind=kind,
         enabled=enabled,

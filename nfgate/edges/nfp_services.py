@@ -32,6 +32,7 @@ from nfgate.brokersvc.mmi import Action
 from nfgate.codecs.nfp import session as nfpjson
 from nfgate.codecs.nfp.messages import BROKER, Mmi, Post, Response
 from nfgate.edges import peer_label
+from nfgate.errors import ConfigError
 from nfgate.model import Peer, Status
 
 if TYPE_CHECKING:
@@ -69,12 +70,17 @@ class NfpOptions:
 
     @classmethod
     def load(cls, inventory: Path | None, files_root: Path | None) -> NfpOptions:
-        """Read the inventory and check the files root; raises :class:`ConfigError`."""
-        return cls(
-            inventory=sid.load_inventory(inventory) if inventory is not None else None,
-            inventory_path=inventory,
-            files=fss.FileRoot(files_root) if files_root is not None else None,
-        )
+        """Read the inventory and check the files root; raises :class:`ConfigError`
+        naming the key (``edges.nfp.inventory``, ``edges.nfp.files_root``)."""
+        try:
+            loaded = sid.load_inventory(inventory) if inventory is not None else None
+        except ConfigError as exc:
+            raise ConfigError(f"config: edges.nfp.inventory: {exc}") from None
+        try:
+            files = fss.FileRoot(files_root) if files_root is not None else None
+        except ConfigError as exc:
+            raise ConfigError(f"config: edges.nfp.files_root: {exc}") from None
+        return cls(inventory=loaded, inventory_path=inventory, files=files)
 
 
 class NfpServices:

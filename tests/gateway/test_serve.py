@@ -128,7 +128,14 @@ def test_bad_config_is_one_line_naming_the_key_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2 and "edges.dcp.curve_allow needs edges.dcp.curve_secret_key" in done.stderr
     config.write_text('[edges.nfp]\ncurve_secret_key = "missing.key_secret"\n')
     done = run_bad("--config", str(config), "--data-dir", str(tmp_path))
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "curve_secret_key" in done.stderr
+    assert (
+        done.returncode == 2 and done.stderr.count("\n") == 1 and "edges.nfp.curve_secret_key" in done.stderr
+    )
+    for key, value in (("inventory", "nope.yaml"), ("files_root", "nope_dir")):
+        config.write_text(f'[edges.nfp]\n{key} = "{value}"\n')
+        done = run_bad("--config", str(config), "--data-dir", str(tmp_path))
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert f"edges.nfp.{key}" in done.stderr and value in done.stderr
     config.write_text("this is [not toml\n")
     done = run_bad("--config", str(config), "--data-dir", str(tmp_path))
     assert done.returncode == 2 and "not valid TOML" in done.stderr
