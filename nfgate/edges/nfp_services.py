@@ -28,7 +28,7 @@ import zmq
 
 from nfgate import __version__
 from nfgate.brokersvc import BrokerInfo, BrokerView, ClientInfo, ProcessInfo, WorkerInfo, fss, mmi, sid
-from nfgate.brokersvc.mmi import Action
+from nfgate.brokersvc.mmi import Action, ActionKind
 from nfgate.codecs.nfp import session as nfpjson
 from nfgate.codecs.nfp.messages import BROKER, Mmi, Post, Response
 from nfgate.edges import peer_label
@@ -136,13 +136,16 @@ class NfpServices:
             if frames is not None:
                 self._edge.send(peer.address, frames)
         if action is not None:
-            self._carry_out(action)
+            self._carry_out(action, peer)
 
-    def _carry_out(self, action: Action) -> None:
+    def _carry_out(self, action: Action, peer: Peer) -> None:
         gateway = self._edge.gateway
         if gateway is None:
             return
-        log.warning("%s: management request: %s", self._edge.name, action)
+        what = action.kind.value
+        if action.kind is ActionKind.DISCONNECT:
+            what += f" of worker {action.worker}" if action.worker else " of every worker"
+        log.warning("%s: %s %s asked for by %s", self._edge.name, MMI, what, peer_label(peer.address))
         gateway.request(action)
 
     def _clients(self, now_ms: int) -> tuple[ClientInfo, ...]:

@@ -398,10 +398,12 @@ def test_mmi_show_clients_counts_open_jobs(gw: Running) -> None:
 def test_mmi_get_logs_returns_recent_gateway_records(gw: Running) -> None:
     client = gw.dealer("nfp")
     mmi_call(client, "mmi.service.broker", "restart")  # logged as a warning by the edge
-    until(lambda: any("management request" in line for line in gw.gateway.logs.lines))
+    until(
+        lambda: any("mmi.service.broker restart asked for by id-" in line for line in gw.gateway.logs.lines)
+    )
     status, records = mmi_call(client, "mmi.service.broker", "get_logs", last=0, level="warning")
     assert status == 200
-    assert any("management request" in r["message"] for r in records), records  # type: ignore[union-attr]
+    assert any("restart asked for by" in r["message"] for r in records), records  # type: ignore[union-attr]
     assert all(r["level"] == "WARNING" for r in records)  # type: ignore[union-attr]
 
 
