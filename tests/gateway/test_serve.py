@@ -3,6 +3,7 @@ and the job store surviving kill -9."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -84,11 +85,11 @@ def _catches_sigterm(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads SigCgt from /proc")
 @pytest.mark.timeout(120)
 def test_a_signal_during_start_up_is_not_lost(tmp_path: Path) -> None:
-    # An inventory that takes a second or more to read keeps the gateway in build();
-    # a SIGTERM then (systemctl stop right after start) must still stop it, exit 0.
-    (tmp_path / "common.yaml").write_text("x: 1\n")
-    workers = "".join(f"  w{i}:\n    - common.yaml\n" for i in range(20_000))
-    (tmp_path / "inventory.yaml").write_text("workers:\n" + workers)
+    # The inventory is a FIFO: reading it holds the gateway in build() until this test
+    # writes it, after the SIGTERM (systemctl stop right after start), which must still
+    # stop the gateway once it is built, exit 0.
+    inventory = tmp_path / "inventory.yaml"
+    os.mkfifo(inventory)
     config = tmp_path / "slow.toml"
     config.write_text("[edges.nfp]\ninventory = 'inventory.yaml'\n")
     args = ["--config", str(config), "--data-dir", str(tmp_path / "data"), "--no-metrics", *RANDOM]
@@ -101,6 +102,18 @@ def test_a_signal_during_start_up_is_not_lost(tmp_path: Path) -> None:
     try:
         until(lambda: _catches_sigterm(proc.pid), timeout=30)
         proc.send_signal(signal.SIGTERM)
+        writer: list[int] = []
+
+        def reader_waits() -> bool:  # the gateway has opened the FIFO: it is in build()
+            try:
+                writer.append(os.open(inventory, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError as exc:  # ENXIO: no reader yet
+                assert exc.errno == errno.ENXIO, exc
+            return bool(writer)
+
+        until(reader_waits, timeout=30)
+        os.write(writer[0], b"workers: {}\n")
+        os.close(writer[0])
         assert proc.wait(timeout=60) == 0
         assert proc.stderr is not None and "nfgate: stopped" in proc.stderr.read()
     finally:
