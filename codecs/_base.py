@@ -9,6 +9,7 @@ the leading empty delimiter frame is part of the message wherever the spec lists
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar, TypeVar
 
@@ -26,6 +27,7 @@ __all__ = [
     "bytes_tuple",
     "check_bytes_tuple",
     "ascii_int",
+    "load_json",
     "printable",
     "reason_of",
 ]
@@ -154,6 +156,16 @@ class Codec:
             known = ", ".join(self.dialects)
             raise ConfigError(f"{self.name}: unknown dialect {dialect!r} (known: {known})")
         return dialect
+
+
+def load_json(data: str | bytes | bytearray, **kwargs: Any) -> Any:
+    """``json.loads``, raising ValueError (a :class:`json.JSONDecodeError` or plain) for
+    anything it refuses, also for JSON nested deeper than the json module goes (there
+    it raises RecursionError): network input never gets past a ``except ValueError``."""
+    try:
+        return json.loads(data, **kwargs)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def reason_of(exc: BaseException) -> str:

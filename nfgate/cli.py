@@ -17,6 +17,7 @@ import click
 
 from nfgate import __version__
 from nfgate import codecs as registry
+from nfgate.codecs._base import load_json
 from nfgate.edges.kinds import KINDS
 from nfgate.errors import NfgateError
 from nfgate.frames import EMPTY_FRAME, hex_frames  # "-": an empty frame (an empty argument works too)
@@ -107,8 +108,8 @@ def encode(protocol: str, dialect: str | None, as_json: bool) -> None:
         codec = registry.get(protocol)
         text = sys.stdin.read()
         try:
-            obj = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
+            obj = load_json(text)
+        except ValueError as exc:
             fail(f"{protocol}: stdin is not JSON: {exc}")
         message, json_dialect = codec.from_json(obj)
         frames = codec.encode(message, dialect or json_dialect)

@@ -25,7 +25,7 @@ from typing import Any
 
 from nfgate.errors import DecodeError, EncodeError
 
-from .._base import FrameReader, Message, printable, reason_of
+from .._base import FrameReader, Message, load_json, printable, reason_of
 from .messages import (
     Ack,
     Approved,
@@ -294,10 +294,10 @@ def service_info(source: Registration | Update | Reply | bytes | Sequence[bytes]
     else:
         data = b"".join(bytes(frame) for frame in source)
     try:
-        obj = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+        obj = load_json(data.decode("utf-8"), parse_constant=_no_constant)
     except UnicodeDecodeError:
         raise DecodeError(NAME, f"service information is not UTF-8: {data[:32]!r}") from None
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:
         raise DecodeError(NAME, f"service information is not JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise DecodeError(NAME, f"service information must be a JSON object, got {type(obj).__name__}")

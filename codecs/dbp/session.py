@@ -26,6 +26,8 @@ import attrs
 
 from nfgate.tables import StateEnum
 
+from .._base import load_json
+
 __all__ = [
     "BEATS",
     "MIN_HEARTBEAT_MS",
@@ -296,8 +298,8 @@ def parse_reply(info: bytes) -> WorkerReply | None:
     comes back with status 500 and :attr:`WorkerReply.problem` set. Never raises.
     """
     try:
-        obj = json.loads(info.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        obj = load_json(info.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
         return None
     if not isinstance(obj, dict) or "id" not in obj:
         return None

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from nfgate.tables import StateEnum
 
+from .._base import load_json
 from .messages import CLIENT, WORKER
 
 __all__ = [
@@ -126,8 +127,8 @@ def _json_value(body: tuple[bytes, ...]) -> Any:
     """A reply body as a JSON value: parsed when it is one JSON frame, else text."""
     if len(body) == 1:
         try:
-            return json.loads(body[0])
-        except (ValueError, UnicodeDecodeError, RecursionError):  # nested too deeply: as text
+            return load_json(body[0])
+        except (ValueError, UnicodeDecodeError):
             pass
     return b"".join(body).decode("utf-8", "replace")
 

@@ -9,6 +9,8 @@ from collections.abc import Iterable
 
 from nfgate.errors import DecodeError
 
+from .._base import load_json
+
 ALL = "all"
 ANY = "any"
 PSEUDO_SERVICE = "all"
@@ -28,8 +30,8 @@ def parse_target(text: str) -> str | tuple[str, ...]:
         return ANY
     if text.startswith("["):
         try:
-            names = json.loads(text)
-        except (ValueError, RecursionError):  # RecursionError: nested too deeply for json
+            names = load_json(text)
+        except ValueError:
             raise DecodeError("nfp", f"target is not a valid JSON list: {text[:40]!r}") from None
         if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
             raise DecodeError("nfp", f"target JSON must be a non-empty list of worker names: {text[:40]!r}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import uuid as uuidlib
 
-from nfgate.codecs._base import Message
+from nfgate.codecs._base import Message, load_json
 from nfgate.codecs.nfp.messages import (
     BROKER,
     CLIENT,
@@ -182,8 +182,8 @@ def body_text(got: Received) -> str:
     if not body:
         return ""
     try:
-        return json.dumps(json.loads(body[0]))[:200]
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        return json.dumps(load_json(body[0]))[:200]
+    except (ValueError, UnicodeDecodeError):
         return repr(body[0][:200])
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import datetime
 import enum
-import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -38,6 +37,7 @@ from nfgate.brokersvc import (
     param,
     unsupported,
 )
+from nfgate.codecs._base import load_json
 from nfgate.model import Status
 
 __all__ = [
@@ -354,8 +354,8 @@ def _record(line: str, broker: str) -> dict[str, Any]:
     """A log line as NorFab's record: a JSON object line as is, other text as its message."""
     record: dict[str, Any]
     try:
-        parsed = json.loads(line)
-    except (ValueError, RecursionError):
+        parsed = load_json(line)
+    except ValueError:
         parsed = None
     record = dict(parsed) if isinstance(parsed, dict) else {"ts": "", "level": "", "message": line}
     # NorFab tags broker records so nfcli can tell them from workers' records.

@@ -46,15 +46,15 @@ from typing import Any
 import attrs
 import yaml  # type: ignore[import-untyped]
 
-# libyaml's safe loader where PyYAML was built with it (the wheels are): about 7 times
-# faster than the pure-Python one on a large inventory, which is read at start-up.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 from nfgate.brokersvc import RequestError, param, unsupported
 from nfgate.errors import ConfigError
 from nfgate.model import Status
 
 __all__ = ["Inventory", "get_inventory", "handle", "load_inventory", "merge"]
+
+# libyaml's safe loader where PyYAML was built with it (the wheels are): about 7 times
+# faster than the pure-Python one on a large inventory, which is read at start-up.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # What NorFab's show_broker_inventory always has, so an nfgate inventory without some
 # of them still answers in the shape NorFab's clients print.

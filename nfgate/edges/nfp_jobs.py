@@ -19,13 +19,13 @@ design.md "Translation rules" and "Durability":
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import sqlite3
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from nfgate.codecs._base import load_json
 from nfgate.codecs.nfp import codec as wire
 from nfgate.codecs.nfp import session as nfpjson
 from nfgate.codecs.nfp.messages import BROKER, Delete, Event, Get, Post, Put, Response, Stream
@@ -259,8 +259,8 @@ class NfpJobs:
     @staticmethod
     def _as_dict(body: tuple[bytes, ...]) -> dict[str, Any]:
         try:
-            value = json.loads(body[0]) if len(body) == 1 else None
-        except (ValueError, UnicodeDecodeError, RecursionError):
+            value = load_json(body[0]) if len(body) == 1 else None
+        except (ValueError, UnicodeDecodeError):
             value = None
         return value if isinstance(value, dict) else {}
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -29,6 +28,7 @@ import zmq
 from nfgate import __version__
 from nfgate.brokersvc import BrokerInfo, BrokerView, ClientInfo, ProcessInfo, WorkerInfo, fss, mmi, sid
 from nfgate.brokersvc.mmi import Action, ActionKind
+from nfgate.codecs._base import load_json
 from nfgate.codecs.nfp import session as nfpjson
 from nfgate.codecs.nfp.messages import BROKER, Mmi, Post, Response
 from nfgate.edges import peer_label
@@ -230,8 +230,8 @@ class NfpServices:
 def _parse(body: Sequence[bytes]) -> tuple[str, dict[str, Any], list[Any]]:
     """NorFab's request body ``{"task", "kwargs", "args"}``; raises ValueError."""
     try:
-        value = json.loads(body[0]) if body and body[0] else {}
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        value = load_json(body[0]) if body and body[0] else {}
+    except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"not JSON ({exc})") from None
     if not isinstance(value, dict):
         raise ValueError("expected a JSON object with task, kwargs, args")
