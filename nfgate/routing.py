@@ -474,18 +474,24 @@ class Router:
     def _forward(self, cmd: Forward, now: int, out: list[Output]) -> None:
         w = self._workers.get(cmd.worker)
         part = w.in_flight.get(cmd.id) if w is not None else None
-        if w is None or part is None or part.job.request.target.kind is not TargetKind.ANY:
-            # Only a single-part request can move on whole; anything else is unknown here.
+        if w is None or part is None:
             self._stats["unknown_forwards"] += 1
             return
         self._touch(w, now)
-        self._stats["forwarded"] += 1
-        advance(part, Event.REPLY)  # it leaves this worker as if answered
         del w.in_flight[cmd.id]
         part.worker = None
-        del self._jobs[cmd.id]
         if w.capacity > w.base:
             w.capacity -= 1
+        if part.job.request.target.kind is not TargetKind.ANY:
+            # One part of an ALL or NAMED request cannot move on whole: it fails, so its
+            # client is answered rather than left waiting on a worker that let it go.
+            self._stats["unforwardable"] += 1
+            self._finish(part, Event.FAIL, Status.ERROR, "handed on, but its target is not any", out)
+            self._feed(w, now, out)
+            return
+        self._stats["forwarded"] += 1
+        advance(part, Event.REPLY)  # it leaves this worker as if answered
+        del self._jobs[cmd.id]
         moved = attrs.evolve(part.job.request, service=cmd.service, metadata=cmd.metadata, body=cmd.body)
         at = len(out)
         self._request(moved, now, out)  # same id, client and origin: the reply finds its way home

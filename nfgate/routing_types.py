@@ -35,6 +35,7 @@ COUNTERS: Final = (
     "evicted",
     "forwarded",
     "unknown_forwards",
+    "unforwardable",
 )
 """What :meth:`nfgate.routing.Router.stats` counts (besides its gauges)."""
 

@@ -81,6 +81,7 @@ class DcpEdge(RouterEdge):
         "client_errors_unsent",
         "empty_service",
         "reconnects_sent",
+        "reply_metadata_changed",
         "unencodable",
         "unexpected",
         "unexpected_output",
@@ -186,12 +187,22 @@ class DcpEdge(RouterEdge):
     def _reply(self, peer: Peer, worker: _Worker, msg: DcpReply) -> Reply | None:
         client = msg.client or b""
         match = None
+        same_client = []
         for core_id, (given, metadata) in worker.held.items():
             if given == client:
-                match = core_id
                 if metadata == msg.metadata:
+                    match = core_id
                     break
+                same_client.append(core_id)
+        if match is None and len(same_client) == 1:
+            # "Workers MUST copy these parts into the reply without any modifications";
+            # one that did not is still understood when it holds one request of that
+            # client, but it is told in the counters.
+            match = same_client[0]
+            self.bad_input(peer, "reply_metadata_changed", "a REPLY whose metadata parts were modified")
         if match is None:
+            # Several requests of that client held and none with these metadata parts:
+            # pinning it on one of them would hand that client a wrong reply.
             self.bad_input(peer, "unknown_reply", "a REPLY for no request this worker holds")
             return None
         del worker.held[match]

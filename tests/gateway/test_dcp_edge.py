@@ -216,3 +216,27 @@ def test_a_request_over_max_message_bytes_in_small_frames_is_dropped_and_counted
         assert isinstance(reply, Reply) and reply.metadata == (b"small",)
         assert gw.gateway.edges["dcp"].stats()["too_large"] == 1
         assert nothing(w)  # the big one never reached the worker
+
+
+def test_a_reply_with_changed_metadata_is_not_pinned_on_another_request(gw: Running) -> None:
+    w = worker(gw, b"svc")
+    client = gw.dealer("dcp")
+    for key in (b"A", b"B"):
+        send(client, Request(service=b"svc", metadata=(key,), data=(b"x",)))
+    first = get(w)
+    send(w, Ping())  # busy, but asks for more: now it holds both
+    held = [first]
+    for _ in range(4):
+        got = get(w)
+        if isinstance(got, Request):
+            held.append(got)
+            break
+    assert sorted(r.metadata for r in held) == [(b"A",), (b"B",)]  # type: ignore[attr-defined]
+    address = held[0].client  # type: ignore[attr-defined]
+    send(w, Reply(client=address, metadata=(b"WRONG",), data=(b"?",)))  # which one? neither
+    send(w, Reply(client=address, metadata=(b"B",), data=(b"b",)))
+    send(w, Reply(client=address, metadata=(b"A",), data=(b"a",)))
+    replies = {get(client).metadata: None for _ in range(2)}  # type: ignore[attr-defined]
+    assert set(replies) == {(b"A",), (b"B",)}
+    assert nothing(client)
+    assert gw.gateway.edges["dcp"].stats()["unknown_reply"] == 1
