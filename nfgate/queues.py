@@ -294,17 +294,36 @@ class WorkerState:
     def __init__(self, reg: Register, timeout: int, since: int = 0) -> None:
         self.since = since  # now_ms at registration
         self.peer = reg.peer
-        self.services = reg.services
-        self.names = tuple(dict.fromkeys(s.name for s in reg.services))
         self.name = reg.name
-        self.base = reg.capacity  # as registered
-        self.capacity = reg.capacity  # base plus slots granted by heartbeats
+        self.services: tuple[ServiceRef, ...] = ()
+        self.names: tuple[str, ...] = ()
+        self.base = self.capacity = 0  # as registered; capacity adds slots granted by heartbeats
+        self.reoffer(reg)
         self.in_flight: dict[int, Part] = {}  # one part per job at most: keyed by job id
         self.backlog = Waitlist()
         self.timeout = timeout
 
     def offers(self, ref: ServiceRef) -> bool:
         return any(ref.matches(s) for s in self.services)
+
+    def keeps_its_work(self, reg: Register) -> bool:
+        """True if ``reg`` (a new READY or INTR of this worker) keeps its name and still
+        offers every request it is working on, with none bound to it waiting."""
+        return (
+            reg.name == self.name
+            and not self.backlog.live
+            and all(
+                part.job.request.target.any_service
+                or any(part.job.request.service.matches(s) for s in reg.services)
+                for part in self.in_flight.values()
+            )
+        )
+
+    def reoffer(self, reg: Register) -> None:
+        """Take the services and capacity of ``reg``; what it holds stays."""
+        self.services = reg.services
+        self.names = tuple(dict.fromkeys(s.name for s in reg.services))
+        self.base = self.capacity = reg.capacity
 
     def offers_version(self, name: str, version: str | None) -> bool:
         # ServiceRef.matches without building a ServiceRef on the dispatch path.

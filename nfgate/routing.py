@@ -108,7 +108,7 @@ class Router:
             case Cancel():
                 self._cancel(command, now_ms, out)
             case Lookup():
-                out.append(self._lookup(command))
+                out.append(views.catalog(command, self._providers, self._workers))
             case Forward():
                 self._forward(command, now_ms, out)
             case Catalog() | Fetch():
@@ -560,10 +560,19 @@ class Router:
                 self._touch(w, now)
                 self._feed(w, now, out)
                 return
-            self._remove_worker(w, now, out, evict_reason=None, reason="registered again, as another worker")
-        w = WorkerState(cmd, self._cfg.timeout_for(cmd.peer), since=now)
-        self._workers[w.peer] = w
-        self._stats["workers_registered"] += 1
+            if w.keeps_its_work(cmd):
+                # New services, still offering what it is working on (a SADA server's INTR
+                # "after any change"): the same worker, its requests left with it.
+                self._unindex(w)
+                w.reoffer(cmd)
+            else:
+                reason = "registered again, as another worker"
+                self._remove_worker(w, now, out, evict_reason=None, reason=reason)
+                w = None
+        if w is None:
+            w = WorkerState(cmd, self._cfg.timeout_for(cmd.peer), since=now)
+            self._workers[w.peer] = w
+            self._stats["workers_registered"] += 1
         self.changes.append(WorkerChange(peer=w.peer, name=w.name, services=w.services, joined=True))
         for name in w.names:
             self._providers.setdefault(name, {})[w.peer] = None
@@ -591,6 +600,17 @@ class Router:
         placeholder.job.open -= 1
         self._fan_out(placeholder.job, now, out)
 
+    def _unindex(self, w: WorkerState) -> None:
+        """Take ``w`` out of the providers and free sets of the services it offers."""
+        for name in w.names:
+            providers = self._providers[name]
+            del providers[w.peer]
+            if not providers:
+                del self._providers[name]
+            free = self._free.get(name)
+            if free is not None and free.pop(w.peer, 0) is None and not free:
+                del self._free[name]
+
     def _remove_worker(
         self, w: WorkerState, now: int, out: list[Output], *, evict_reason: str | None, reason: str
     ) -> None:
@@ -603,14 +623,7 @@ class Router:
         )
         if w.timeout:
             self._liveness[w.timeout].pop(peer, None)
-        for name in w.names:
-            providers = self._providers[name]
-            del providers[peer]
-            if not providers:
-                del self._providers[name]
-            free = self._free.get(name)
-            if free is not None and free.pop(peer, 0) is None and not free:
-                del self._free[name]
+        self._unindex(w)
         if w.name and self._by_name.get(w.name) == peer:
             del self._by_name[w.name]
         if evict_reason is not None:
@@ -633,8 +646,3 @@ class Router:
             self._lost(part, now, out, Status.ERROR, "worker lost")
         for other in rebound:
             self._feed(self._workers[other], now, out)
-
-    # -------------------------------------------------------------------- lookup
-
-    def _lookup(self, cmd: Lookup) -> Catalog:
-        return views.catalog(cmd, self._providers, self._workers)

@@ -1,11 +1,11 @@
-"""A worker handing the request it holds on to another service (``Forward``, DCP
-chaining): the request moves whole, the worker is free, the reply goes home."""
+"""A worker that moves on while holding a request: it hands the request on to another
+service (``Forward``, DCP chaining), or it changes the services it offers."""
 
 from __future__ import annotations
 
 from nfgate.model import ALL, Forward, Reply
 from nfgate.routing import Router
-from nfgate.routing_types import Deliver, Dispatch
+from nfgate.routing_types import Deliver, Dispatch, Evict
 
 from .test_routing import CA, CFG, W1, W2, W3, dispatched, of, reg, req, submit, svc
 
@@ -51,3 +51,28 @@ def test_a_forward_for_a_request_the_worker_does_not_hold_is_counted() -> None:
     reg(r, W1, 0, svc("stage1"))
     assert r.handle(Forward(worker=W1, id=99, service=svc("stage2")), 0) == []
     assert r.stats()["unknown_forwards"] == 1
+
+
+def test_a_worker_that_changes_its_services_keeps_the_requests_it_still_offers() -> None:
+    # SADA: "Servers MAY change their services, after any change it SHOULD resend an
+    # INTR". Its requests are not taken away while it still offers their service.
+    r = Router(CFG)
+    reg(r, W1, 0, svc("calc"))
+    reg(r, W2, 0, svc("calc"))
+    rid, out = submit(r, req("calc"))
+    [(holder, _)] = dispatched(out)
+    idle = W2 if holder == W1 else W1
+    out = reg(r, holder, 0, svc("calc"), svc("extra"))
+    assert not of(out, Dispatch) and not of(out, Evict)  # not re-dispatched to the idle one
+    (done,) = of(r.handle(Reply(id=rid, status=200, body=(b"ok",), worker=holder), 0), Deliver)
+    assert done.final and r.stats()["workers_registered"] == 2
+    extra, out = submit(r, req("extra"))
+    assert dispatched(out) == [(holder, extra)]  # the new service is routed to it
+    # Dropping the service of a request it holds is registering as another worker:
+    # the request goes to one that offers it.
+    calc, out = submit(r, req("calc"))
+    assert dispatched(out) == [(idle, calc)]
+    reg(r, idle, 0, svc("other"))
+    assert r.stats()["workers_lost"] == 1 and r.stats()["queued"] == 1  # the holder is busy
+    out = r.handle(Reply(id=extra, status=200, body=(b"e",), worker=holder), 0)
+    assert dispatched(out) == [(holder, calc)]
