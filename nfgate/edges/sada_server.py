@@ -272,6 +272,19 @@ class SadaServerEdge(Edge, Decoding):
         services = self._offered()
         changed = services != self._services
         self._services = services
+        # An INTR is one message of 3 frames and 2 per service; a channel with a frame
+        # limit below that (nfgate's own: [limits] max_frames) drops it, and nothing
+        # tells this side. Said once per change, where the operator reads.
+        frames = 3 + 2 * len(services)
+        if changed and frames > self.transport.limits.max_frames:
+            log.warning(
+                "%s: INTR of %d services is %d frames, over [limits] max_frames (%d): "
+                "a channel with that limit drops it; raise max_frames there",
+                self.name,
+                len(services),
+                frames,
+                self.transport.limits.max_frames,
+            )
         for channel in self._channels.values():
             # A NEW channel is introduced when its connection comes up (the monitor).
             if changed or (channel.state is ServerState.NEW and self._monitor is None):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid as uuidlib
 from collections.abc import Iterator
@@ -540,3 +541,25 @@ def test_client_records_stay_bounded_behind_a_long_lived_server(tmp_path: Path) 
         stats = gw.gateway.edges["sada"].stats()
         assert stats["servers"] == 1 and stats["peers"] <= 4
         one_request(12)  # the server's record was kept: it still serves
+
+
+def test_server_edge_warns_when_its_intr_is_over_the_frame_limit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A channel with the same [limits] max_frames would drop the INTR, and say nothing
+    # to this side: the operator is told here (3 frames and 2 per service; 3 services: 9).
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    channel = Channel(context, "spec")
+    toml = f'[limits]\nmax_frames = 8\n[edges.sada-server]\nchannels = ["{channel.url}"]\nrefresh_ms = 50\n'
+    gw = start_gateway(tmp_path, toml)
+    try:
+        with caplog.at_level(logging.WARNING, logger="nfgate"):
+            workers = [dcp_worker(gw, name) for name in (b"s1", b"s2")]
+            channel.intr_with("s2")  # 2 services: 7 frames, within the limit
+            assert not [r for r in caplog.records if "over [limits] max_frames" in r.getMessage()]
+            workers.append(dcp_worker(gw, b"s3"))
+            until(lambda: any("INTR of 3 services is 9 frames" in r.getMessage() for r in caplog.records))
+    finally:
+        finish(gw)
+        channel.sock.close(0)
+        context.term()
