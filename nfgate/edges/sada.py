@@ -38,6 +38,7 @@ from nfgate.edges.sada_common import (
     WireCache,
     client_status,
     join_body,
+    rejection,
     req_fields,
     resolve_port,
     sada_router,
@@ -166,12 +167,8 @@ class SadaChannelEdge(RouterEdge):
 
     def _reject(self, address: bytes, frames: list[bytes]) -> None:
         """A REQ that does not decode but whose request id reads is answered 400."""
-        if len(frames) < 4 or frames[2] != b"REQ" or frames[1] not in wire.PROTOS:
-            return
-        try:
-            rid = frames[3].decode("utf-8")
-            rep = Rep(proto=frames[1], request_id=rid, status=400, payload=b"")
-        except (UnicodeDecodeError, ValueError):
+        rep = rejection(frames)
+        if rep is None:
             return
         p = self._peers.get(address)
         self._send_message(address, rep, p.dialect if p is not None else "spec")

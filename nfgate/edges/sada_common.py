@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, cast
 
 import zmq
 
+from nfgate.codecs import sada as wire
 from nfgate.codecs.sada import payload as msgpack_payload
-from nfgate.codecs.sada.messages import PROTO_ASCII
+from nfgate.codecs.sada.messages import PROTO_ASCII, Rep
 from nfgate.errors import TransportError
 from nfgate.model import Action, ServiceRef, Status
 from nfgate.transports.zmq import Limits, RouterEndpoint
@@ -26,6 +27,7 @@ __all__ = [
     "client_status",
     "connect",
     "join_body",
+    "rejection",
     "req_fields",
     "resolve_port",
     "sada_router",
@@ -170,3 +172,14 @@ class WireCache:
 
 
 DEFAULT_PROTO = PROTO_ASCII  # design.md: SADA1 when we speak first (PIRAN's form)
+
+
+def rejection(frames: list[bytes]) -> Rep | None:
+    """REP 400 for a REQ that does not decode but whose request id reads (sada.md), so
+    its sender is answered rather than left to time out; None for anything else."""
+    if len(frames) < 4 or frames[2] != b"REQ" or frames[1] not in wire.PROTOS:
+        return None
+    try:
+        return Rep(proto=frames[1], request_id=frames[3].decode("utf-8"), status=400, payload=b"")
+    except (UnicodeDecodeError, ValueError):
+        return None

@@ -34,7 +34,15 @@ from nfgate.codecs._base import Message
 from nfgate.codecs.sada.messages import Intr, Pong, Rep, Req
 from nfgate.codecs.sada.session import Action, ServerState, piran_evidence, server_step
 from nfgate.edges import Decoding, Edge, EdgeSettings, WireCodec, WireCounts
-from nfgate.edges.sada_common import DEFAULT_PROTO, WireCache, client_status, connect, join_body, sada_router
+from nfgate.edges.sada_common import (
+    DEFAULT_PROTO,
+    WireCache,
+    client_status,
+    connect,
+    join_body,
+    rejection,
+    sada_router,
+)
 from nfgate.errors import ConfigError, EncodeError
 from nfgate.model import Command, Request
 from nfgate.routing_types import Accepted, Deliver, Output
@@ -139,6 +147,14 @@ class SadaServerEdge(Edge, Decoding):
             return True
         self.counters["unroutable"] += 1
         return False
+
+    def undecodable(self, address: bytes, frames: list[bytes]) -> None:
+        # As the channel edge does: a REQ whose request id reads is answered 400, so the
+        # channel does not wait out its timeout for a reply that will not come.
+        rep = rejection(frames)
+        channel = self._channels.get(address)
+        if rep is not None and channel is not None:
+            self._send_message(channel, rep)
 
     def _intr(self, channel: _Channel) -> None:
         # INTR is the same in both dialects; SADA1 until the channel has spoken (design.md).

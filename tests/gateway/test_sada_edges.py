@@ -563,3 +563,19 @@ def test_server_edge_warns_when_its_intr_is_over_the_frame_limit(
         finish(gw)
         channel.sock.close(0)
         context.term()
+
+
+def test_server_edge_answers_an_undecodable_req_400(tmp_path: Path) -> None:
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    channel = Channel(context, "spec")
+    gw = start_gateway(tmp_path, f'[edges.sada-server]\nchannels = ["{channel.url}"]\nrefresh_ms = 50\n')
+    try:
+        dcp_worker(gw, b"upper")
+        channel.intr_with("upper")
+        channel.sock.send_multipart([channel.server, b"", b"SADA1", b"REQ", b"rid-bad"])  # frames missing
+        assert channel.get() == Rep(request_id="rid-bad", status=400, payload=b"")
+        assert gw.gateway.edges["sada-server"].stats()["undecodable"] == 1
+    finally:
+        finish(gw)
+        channel.sock.close(0)
+        context.term()
