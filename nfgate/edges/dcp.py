@@ -82,6 +82,7 @@ class DcpEdge(RouterEdge):
         "empty_service",
         "reconnects_sent",
         "reply_metadata_changed",
+        "stale_forward",
         "unencodable",
         "unexpected",
         "unexpected_output",
@@ -128,7 +129,9 @@ class DcpEdge(RouterEdge):
                 # confirmed, so its worker knows it is not registered).
                 self.bad_input(peer, "empty_service", message.TYPE)
             case Action.REQUEST, DcpRequest():
-                out.append(self._request(address, worker, message))
+                command = self._request(address, worker, message)
+                if command is not None:
+                    out.append(command)
             case Action.REPLY, DcpReply() if worker is not None:
                 reply = self._reply(peer, worker, message)
                 if reply is not None:
@@ -162,7 +165,7 @@ class DcpEdge(RouterEdge):
     def _name(address: bytes) -> str:
         return "dcp-" + address.hex()
 
-    def _request(self, address: bytes, worker: _Worker | None, msg: DcpRequest) -> Command:
+    def _request(self, address: bytes, worker: _Worker | None, msg: DcpRequest) -> Command | None:
         service = self.service(service_text(msg.service))
         if worker is not None and msg.client is not None:
             for core_id, (given, _) in worker.held.items():
@@ -175,6 +178,12 @@ class DcpEdge(RouterEdge):
                         metadata=msg.metadata,
                         body=msg.data,
                     )
+        if msg.client is not None and msg.client.startswith(STAND_IN):
+            # The gateway's own stand-in for a client of another protocol, from a worker
+            # that no longer holds that request (re-dispatched since): running it again
+            # would send its reply to an address no DCP peer has.
+            self.bad_input(self.peer(address), "stale_forward", "a REQUEST for a request it does not hold")
+            return None
         client = address if msg.client is None else msg.client
         return Request(
             service=service,

@@ -240,3 +240,13 @@ def test_a_reply_with_changed_metadata_is_not_pinned_on_another_request(gw: Runn
     assert set(replies) == {(b"A",), (b"B",)}
     assert nothing(client)
     assert gw.gateway.edges["dcp"].stats()["unknown_reply"] == 1
+
+
+def test_a_hand_on_with_a_stand_in_address_the_worker_no_longer_holds_is_dropped(gw: Running) -> None:
+    # nfgate:<id> is the gateway's own stand-in for a client of another protocol; a
+    # worker that lost the request (re-dispatched since) must not start it again with a
+    # reply address no DCP peer has.
+    w = worker(gw, b"stage1")
+    send(w, Request(service=b"stage2", client=b"nfgate:1", metadata=(b"m",), data=(b"half",)))
+    until(lambda: gw.gateway.edges["dcp"].stats()["stale_forward"] == 1)
+    assert gw.gateway.router.stats()["accepted"] == 0
