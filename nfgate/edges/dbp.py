@@ -128,6 +128,7 @@ class DbpEdge(RouterEdge):
         "udp_beats_out",
         "udp_undecodable",
         "udp_unknown_service",
+        "udp_wrong_sender",
         "unencodable",
         "unexpected",
         "unexpected_output",
@@ -307,6 +308,12 @@ class DbpEdge(RouterEdge):
         if svc is None:
             self.counters["udp_unknown_service"] += 1
             log.debug("%s: heartbeat datagram for unknown service %r", self.name, beat.service)
+            return
+        if svc.udp_to is not None and sender[0] != svc.udp_to[0]:
+            # "The service sends the same datagram, naming itself": another host naming
+            # it must not keep a silent service (and the request it holds) alive.
+            self.counters["udp_wrong_sender"] += 1
+            log.debug("%s: heartbeat for %r from %s, not its host", self.name, beat.service, sender[0])
             return
         self.counters["udp_beats_in"] += 1
         svc.beats_heard += 1

@@ -408,6 +408,17 @@ def test_udp_heartbeats_both_ways(gw: Running, udp_peer: socket.socket) -> None:
     until(lambda: beats(gw, "dbp") == (edge(gw).stats()["udp_beats_out"], edge(gw).stats()["udp_beats_in"]))
 
 
+def test_a_heartbeat_datagram_from_another_host_is_not_the_services(gw: Running) -> None:
+    # "The service sends the same datagram, naming itself": from 127.0.0.2 it is not.
+    register(gw, "victim", function="beat", heartbeat=30.0, port=9)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as spoof:
+        spoof.bind(("127.0.0.2", 0))
+        beat = dbp.encode_heartbeat_datagram(dbp.Heartbeat(time=now(), service="victim"))
+        spoof.sendto(beat, udp_address(gw))
+        until(lambda: edge(gw).stats()["udp_wrong_sender"] == 1)
+    assert edge(gw).stats()["udp_beats_in"] == 0
+
+
 def test_missed_beat_switches_to_zmq_then_expiry(gw: Running, udp_peer: socket.socket) -> None:
     port = udp_peer.getsockname()[1]
     sock = register(gw, "flaky", function="flakysvc", heartbeat=HEARTBEAT_S, port=port)
