@@ -36,6 +36,10 @@ __all__ = [
 ]
 
 SLICE_S = 0.05  # poll granularity: short enough for heartbeats, long enough not to spin
+# What the report keeps of each message (ConformanceContext.record).
+KEEP_BYTES = 4096  # per frame
+KEEP_FRAMES = 64  # per message
+KEEP_TEXT = 4096  # of its decoding
 
 
 class Outcome(Exception):
@@ -176,13 +180,23 @@ class CaseContext:
     # ---------------------------------------------------------------- wire
 
     def record(self, direction: str, peer: str, frames: Iterable[bytes], decoded: str) -> None:
+        """Keep one message for the report, cut to :data:`KEEP_BYTES` per frame,
+        :data:`KEEP_FRAMES` frames and :data:`KEEP_TEXT` characters of its decoding: a
+        peer sending tens of megabytes must not make the report (written three times,
+        as hex) tens of gigabytes."""
+        frames = tuple(frames)
+        kept = tuple(f[:KEEP_BYTES] for f in frames[:KEEP_FRAMES])
+        if kept != frames:
+            sizes = ", ".join(str(len(f)) for f in frames[:KEEP_FRAMES])
+            more = f" and {len(frames) - KEEP_FRAMES} more" if len(frames) > KEEP_FRAMES else ""
+            decoded = f"[cut for the report: frames of {sizes} bytes{more}] {decoded}"
         self.frames.append(
             FrameRecord(
                 direction=direction,
                 peer=peer,
                 at_ms=(time.monotonic() - self.started) * 1000.0,
-                frames=tuple(frames),
-                decoded=decoded,
+                frames=kept,
+                decoded=decoded[:KEEP_TEXT],
             )
         )
 

@@ -172,7 +172,10 @@ def _execute(role: Role, case: Case, session: Session) -> tuple[CaseResult, str]
             verdict = Verdict.FAIL
             reason = f"{reason}; {gone}"
     except Exception as exc:  # a suite bug must cost one case, not the run
-        verdict = Verdict.SKIP
+        # Most often the peer's messages broke an assumption the case did not check.
+        # The case could not judge the peer: a FAIL, so that a run never ends "OK" on
+        # a case it did not finish (as SKIP would let it).
+        verdict = Verdict.FAIL
         reason = f"suite error: {type(exc).__name__}: {exc}"
         actual = traceback.format_exc(limit=6)
     finally:

@@ -306,8 +306,8 @@ def get_result(ctx: CaseContext) -> None:
     service = ctx.unique("svc")
     client, (worker,), uuid, token = dispatched(ctx, service)
     held = job_reaches(ctx, worker)
-    assert held.message is not None
-    worker.answer(held.message, 200, result_body(ctx, worker, token))
+    ctx.check(held.message is not None, f"the worker got {held.type}, not the POST")
+    worker.answer(held.message, 200, result_body(ctx, worker, token))  # type: ignore[arg-type]
     replies_for(ctx, client, uuid, lambda m: m.status == 200)
 
     def answer_get(w: SuiteWorker, got: Received) -> None:

@@ -84,3 +84,41 @@ def test_only_fail_fails_a_run_unless_strict() -> None:
     assert _report(True, Verdict.PASS, Verdict.NON_STRICT).failed()
     assert _report(False, Verdict.FAIL).failed()
     assert _report(False, Verdict.PASS, Verdict.FAIL).counts()["FAIL"] == 1
+
+
+def test_the_report_keeps_a_bounded_part_of_each_message() -> None:
+    # A peer sending tens of megabytes per message made reports of gigabytes (hex,
+    # written three times) and the suite's memory grow past 16 GB.
+    from types import SimpleNamespace
+
+    from nfgate.conformance.context import KEEP_BYTES, KEEP_FRAMES, KEEP_TEXT, CaseContext
+
+    session = SimpleNamespace(options=None, dialect="spec", wire=None, state={})
+    ctx = CaseContext(session=session, clause=Clause(section="s", text="t", keyword="MUST"), budget_s=1.0)  # type: ignore[arg-type]
+    ctx.record("received", "from broker", [b"x" * (KEEP_BYTES * 10)] * (KEEP_FRAMES + 5), "y" * KEEP_TEXT * 3)
+    ctx.record("received", "from broker", [b"", b"small"], "Small()")
+    big, small = ctx.frames
+    assert len(big.frames) == KEEP_FRAMES and all(len(f) == KEEP_BYTES for f in big.frames)
+    assert big.decoded.startswith("[cut for the report: frames of 40960, ") and "and 5 more" in big.decoded
+    assert len(big.decoded) == KEEP_TEXT
+    assert small.frames == (b"", b"small") and small.decoded == "Small()"  # small ones as they are
+
+
+def test_a_case_the_suite_could_not_finish_fails_rather_than_skips() -> None:
+    # A peer's answer that broke an assumption of the case (a message of another type,
+    # say) raised inside the suite; as SKIP, a broken broker's run ended "OK", exit 0.
+    from types import SimpleNamespace
+
+    from nfgate.conformance.model import Case
+    from nfgate.conformance.runner import _execute
+
+    def broken(ctx: object) -> None:
+        raise AttributeError("'Open' object has no attribute 'uuid'")
+
+    clause = Clause(section="s", text="t", keyword="SHOULD")
+    case = Case(id="X-Y-1.1", protocol="x", role="y", title="t", clause=clause, run=broken)
+    options = RunOptions(protocol="x", role="y", endpoint="tcp://127.0.0.1:1")
+    session = SimpleNamespace(options=options, dialect="spec", wire=None, state={})
+    result, gone = _execute(None, case, session)  # type: ignore[arg-type]
+    assert result.verdict is Verdict.FAIL and not gone
+    assert result.reason == "suite error: AttributeError: 'Open' object has no attribute 'uuid'"
