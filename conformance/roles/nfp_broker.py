@@ -347,6 +347,7 @@ def get_unknown(ctx: CaseContext) -> None:
     ctx.check(isinstance(m, Response), "the answer is not a well-formed RESPONSE")
     assert isinstance(m, Response)
     ctx.check(m.status == 400, f"status {m.status}, not 400")
+    ctx.check(m.uuid == uuid, f"the 400 is for uuid {m.uuid[:40]!r}, not the one asked for")
 
 
 @case(
