@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid as uuidlib
@@ -408,12 +409,25 @@ class Channel:
         return sada.decode(frames, sada.detect(frames))
 
 
-@pytest.mark.parametrize(("form", "status"), [("spec", b"200"), ("piran", b"\x00\x00\x00\xc8")])
-def test_gateway_as_sada_server_answers_req_via_dcp_worker(tmp_path: Path, form: str, status: bytes) -> None:
+@contextlib.contextmanager
+def served_channel(tmp_path: Path, form: str = "spec", toml: str = "") -> Iterator[tuple[Running, Channel]]:
+    """A test channel and a gateway whose sada-server edge connects to it."""
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     channel = Channel(context, form)
-    gw = start_gateway(tmp_path, f'[edges.sada-server]\nchannels = ["{channel.url}"]\nrefresh_ms = 50\n')
+    gw = start_gateway(
+        tmp_path, toml + f'[edges.sada-server]\nchannels = ["{channel.url}"]\nrefresh_ms = 50\n'
+    )
     try:
+        yield gw, channel
+    finally:
+        finish(gw)
+        channel.sock.close(0)
+        context.term()
+
+
+@pytest.mark.parametrize(("form", "status"), [("spec", b"200"), ("piran", b"\x00\x00\x00\xc8")])
+def test_gateway_as_sada_server_answers_req_via_dcp_worker(tmp_path: Path, form: str, status: bytes) -> None:
+    with served_channel(tmp_path, form) as (gw, channel):
         worker = dcp_worker(gw, b"upper")
         intr = channel.intr_with("upper")
         assert intr.proto == PROTO_ASCII  # PIRAN's form when we speak first
@@ -438,26 +452,14 @@ def test_gateway_as_sada_server_answers_req_via_dcp_worker(tmp_path: Path, form:
         assert channel.get() == Pong(proto=PROTO_BYTE)
         stats = gw.gateway.edges["sada-server"].stats()
         assert stats["undecodable"] == 1 and stats["unexpected"] == 1 and stats["channels"] == 1
-    finally:
-        finish(gw)
-        channel.sock.close(0)
-        context.term()
 
 
 def test_server_edge_does_not_reintroduce_sada_services(tmp_path: Path) -> None:
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    channel = Channel(context, "spec")
-    toml = SLOW + f'[edges.sada-server]\nchannels = ["{channel.url}"]\nrefresh_ms = 50\n'
-    gw = start_gateway(tmp_path, toml)
-    try:
+    with served_channel(tmp_path, toml=SLOW) as (gw, channel):
         server(gw, ("from-sada", "1"))
         dcp_worker(gw, b"native")
         intr = channel.intr_with("native")
         assert intr.services == (("native", ""),)
-    finally:
-        finish(gw)
-        channel.sock.close(0)
-        context.term()
 
 
 def test_public_endpoint_names_the_channel(tmp_path: Path) -> None:
@@ -548,34 +550,19 @@ def test_server_edge_warns_when_its_intr_is_over_the_frame_limit(
 ) -> None:
     # A channel with the same [limits] max_frames would drop the INTR, and say nothing
     # to this side: the operator is told here (3 frames and 2 per service; 3 services: 9).
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    channel = Channel(context, "spec")
-    toml = f'[limits]\nmax_frames = 8\n[edges.sada-server]\nchannels = ["{channel.url}"]\nrefresh_ms = 50\n'
-    gw = start_gateway(tmp_path, toml)
-    try:
-        with caplog.at_level(logging.WARNING, logger="nfgate"):
-            workers = [dcp_worker(gw, name) for name in (b"s1", b"s2")]
-            channel.intr_with("s2")  # 2 services: 7 frames, within the limit
-            assert not [r for r in caplog.records if "over [limits] max_frames" in r.getMessage()]
-            workers.append(dcp_worker(gw, b"s3"))
-            until(lambda: any("INTR of 3 services is 9 frames" in r.getMessage() for r in caplog.records))
-    finally:
-        finish(gw)
-        channel.sock.close(0)
-        context.term()
+    limits = "[limits]\nmax_frames = 8\n"
+    with served_channel(tmp_path, toml=limits) as (gw, channel), caplog.at_level(logging.WARNING, "nfgate"):
+        workers = [dcp_worker(gw, name) for name in (b"s1", b"s2")]
+        channel.intr_with("s2")  # 2 services: 7 frames, within the limit
+        assert not [r for r in caplog.records if "over [limits] max_frames" in r.getMessage()]
+        workers.append(dcp_worker(gw, b"s3"))
+        until(lambda: any("INTR of 3 services is 9 frames" in r.getMessage() for r in caplog.records))
 
 
 def test_server_edge_answers_an_undecodable_req_400(tmp_path: Path) -> None:
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    channel = Channel(context, "spec")
-    gw = start_gateway(tmp_path, f'[edges.sada-server]\nchannels = ["{channel.url}"]\nrefresh_ms = 50\n')
-    try:
+    with served_channel(tmp_path) as (gw, channel):
         dcp_worker(gw, b"upper")
         channel.intr_with("upper")
         channel.sock.send_multipart([channel.server, b"", b"SADA1", b"REQ", b"rid-bad"])  # frames missing
         assert channel.get() == Rep(request_id="rid-bad", status=400, payload=b"")
         assert gw.gateway.edges["sada-server"].stats()["undecodable"] == 1
-    finally:
-        finish(gw)
-        channel.sock.close(0)
-        context.term()
