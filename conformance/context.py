@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 SLICE_S = 0.05  # poll granularity: short enough for heartbeats, long enough not to spin
-# What the report keeps of each message (ConformanceContext.record).
+# What the report keeps of each message (CaseContext.record).
 KEEP_BYTES = 4096  # per frame
 KEEP_FRAMES = 64  # per message
 KEEP_TEXT = 4096  # of its decoding
