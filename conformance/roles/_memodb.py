@@ -131,15 +131,28 @@ class Sockets:
 
     def req(self, label: str, endpoint: str | None = None) -> NngPeer:
         """A req0 socket dialled to the broker under test (or ``endpoint``); raises
-        :class:`NoAnswer` when nothing listens there."""
+        :class:`NoAnswer` when no NNG session is up within the case's wait.
+
+        The dial does not block: NNG's own blocking dial waits 10 s for a peer that takes
+        the TCP connection but never completes the SP handshake, past any case deadline.
+        Here NNG dials (and redials) in the background and the case polls for the pipe."""
         sock = pynng.Req0(resend_time=RESEND_MS)
         self.open.append(sock)
         url = endpoint or self.ctx.options.endpoint
         try:
-            sock.dial(url, block=True)
+            sock.dial(url, block=False)
         except pynng.NNGException as exc:
             raise NoAnswer(f"connection to {url} ({exc})", 0.0) from None
-        return NngPeer(self.ctx, sock, label)
+        limit = self.ctx.wait_s()
+        end = time.monotonic() + limit
+        for _ in range(10_000_000):  # bounded: each pass sleeps a slice or returns
+            if sock.pipes:
+                return NngPeer(self.ctx, sock, label)
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(SLICE_S, left))
+        raise NoAnswer(f"an NNG session with {url}", limit)
 
     def close(self) -> None:
         for sock in self.open:

@@ -4,6 +4,7 @@ written here, and against a sloppy worker whose departures are reported per clau
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -147,3 +148,39 @@ def test_a_silent_memodb_broker_does_not_hang_the_suite() -> None:
     assert time.monotonic() - started < 20
     assert report.counts()["FAIL"] >= 1
     assert report.counts()["PASS"] == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_that_never_completes_the_nng_handshake_costs_each_case_its_timeout() -> None:
+    # A TCP listener that takes connections and never speaks SP: NNG's blocking dial
+    # would wait 10 s per socket, past the case deadline (a case dials up to twice).
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.05)
+        for _ in range(100_000):  # bounded; ends with the test
+            if stop.is_set():
+                return
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        endpoint = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        report = run_suite("memodb", "broker", endpoint, "spec", timeout_s=0.3, include=("MEMODB-BROKER-3.1",))
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        listener.close()
+    assert report.counts()["FAIL"] == 1
+    assert "NNG session" in report.results[0].reason
+    assert took < 8  # NNG's blocking dial alone took 10 s
