@@ -9,6 +9,7 @@ runner has checked whether the peer is still alive).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -176,6 +177,24 @@ class CaseContext:
         """Raise a :class:`Violation` with ``reason`` unless ``condition``."""
         if not condition:
             raise self.violated(reason, actual)
+
+    def check_beats(self, stamps: Sequence[float], what: str, interval_s: float | None = None) -> None:
+        """Judge heartbeats seen at ``stamps`` (ms) against the agreed interval (default
+        ``--heartbeat-ms``): raise a :class:`Violation` when fewer than two came, when two
+        came more than two intervals apart (plus 200 ms of scheduling slack), or less
+        than a quarter of one apart. Too often breaks the agreement too: a flood costs
+        the other side a message per beat (DCP: a PONG each), and a peer beating from
+        its message loop instead of a timer hides a stall. The quarter leaves room for a
+        timer that other traffic restarts."""
+        agreed_ms = 1000 * (self.heartbeat_s if interval_s is None else interval_s)
+        self.check(len(stamps) >= 2, f"fewer than two {what}s")
+        gaps = [b - a for a, b in itertools.pairwise(stamps)]
+        self.check(
+            max(gaps) <= 2 * agreed_ms + 200, f"{what} interval {max(gaps):.0f} ms, agreed {agreed_ms:.0f} ms"
+        )
+        self.check(
+            min(gaps) >= agreed_ms / 4, f"{what}s {min(gaps):.0f} ms apart, agreed every {agreed_ms:.0f} ms"
+        )
 
     # ---------------------------------------------------------------- wire
 

@@ -107,8 +107,10 @@ class Case:
     for PASS, or raises one of the outcomes in :mod:`nfgate.conformance.context`.
     ``dialects`` is empty when the case applies to every dialect of the role.
     ``heartbeats`` adds that many heartbeat intervals to the case's deadline (cases
-    that wait for liveness to expire); ``final`` cases run last, over what every other
-    case saw.
+    that wait for liveness to expire); ``disruptive`` cases run after the others that
+    talk to the peer, as they may leave it unreachable (a peer that fails one must not
+    get the blame in the cases after it); ``final`` cases run last, over what every
+    other case saw.
     """
 
     id: str
@@ -119,6 +121,7 @@ class Case:
     run: Callable[[CaseContext], None] = attrs.field(repr=False, eq=False)
     dialects: tuple[str, ...] = ()
     heartbeats: float = 0.0
+    disruptive: bool = False  # runs after the others that talk to the peer
     final: bool = False  # runs after the others: checks over what the whole run saw
 
     def budget_s(self, options: RunOptions) -> float:

@@ -109,6 +109,7 @@ class Role:
         *,
         dialects: tuple[str, ...] = (),
         heartbeats: float = 0.0,
+        disruptive: bool = False,
         final: bool = False,
     ) -> Callable[[CaseFunc], CaseFunc]:
         """Register the decorated function as case ``case_id``; raises ValueError for a
@@ -129,6 +130,7 @@ class Role:
                     run=func,
                     dialects=dialects,
                     heartbeats=heartbeats,
+                    disruptive=disruptive,
                     final=final,
                 )
             )
@@ -166,18 +168,20 @@ def find_role(protocol: str, role: str) -> Role:
     return found
 
 
-def _case_key(case: Case) -> tuple[bool, tuple[int, ...], str]:
-    # NFP-BROKER-5.10 sorts after NFP-BROKER-5.9; run-wide checks come last.
+def _case_key(case: Case) -> tuple[bool, bool, tuple[int, ...], str]:
+    # NFP-BROKER-5.10 sorts after NFP-BROKER-5.9; disruptive cases, then run-wide
+    # checks, come last.
     tail = case.id.rsplit("-", 1)[-1]
     try:
-        return case.final, tuple(int(p) for p in tail.split(".")), case.id
+        return case.final, case.disruptive, tuple(int(p) for p in tail.split(".")), case.id
     except ValueError:
-        return case.final, (10**6,), case.id
+        return case.final, case.disruptive, (10**6,), case.id
 
 
 def select(role: Role, include: Iterable[str] = (), exclude: Iterable[str] = ()) -> list[Case]:
-    """The role's cases in section order, filtered by shell-style globs on the id
-    (case-insensitive): any ``include`` must match, no ``exclude`` may."""
+    """The role's cases in section order (disruptive, then final cases last), filtered
+    by shell-style globs on the id (case-insensitive): any ``include`` must match, no
+    ``exclude`` may."""
     inc = [g.upper() for g in include]
     exc = [g.upper() for g in exclude]
     chosen = [

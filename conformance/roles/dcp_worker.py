@@ -4,7 +4,6 @@ test connects and registers, and is then sent requests, RECONNECT and invalid in
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 
 from nfgate.codecs._base import Message
@@ -130,9 +129,7 @@ def pings(ctx: CaseContext) -> None:
     ctx.state["ping_frames"] = frames
     ctx.expect(f"PING at least every {hb * 1000:.0f} ms")
     ctx.saw(f"{len(stamps)} PING(s) at {[round(s) for s in stamps]} ms")
-    ctx.check(len(stamps) >= 2, "fewer than two PINGs within three intervals")
-    gap = max(b - a for a, b in itertools.pairwise(stamps))
-    ctx.check(gap <= 2000 * hb + 200, f"PING interval {gap:.0f} ms, agreed {hb * 1000:.0f} ms")
+    ctx.check_beats(stamps, "PING")
 
 
 @case(

@@ -4,8 +4,6 @@ register on :data:`nfgate.conformance.roles.nfp_broker.ROLE`."""
 
 from __future__ import annotations
 
-import itertools
-
 from nfgate.codecs.nfp.messages import WORKER, Disconnect, Keepalive, Post, Ready, Response
 from nfgate.conformance.context import CaseContext, Dealer, Received, Source, describe
 from nfgate.conformance.roles import _nfp
@@ -116,15 +114,22 @@ def response_first(ctx: CaseContext) -> None:
         '"When the broker receives DISCONNECT from a worker it MUST send no further commands to that worker."',
         "MUST",
     ),
+    heartbeats=4.5,
 )
 def no_commands_after_disconnect(ctx: CaseContext) -> None:
     service = ctx.unique("svc")
     worker = SuiteWorker(ctx, service).register()
     settle(ctx)
+    # The DISCONNECT goes just after one of the broker's KEEPALIVEs: its next one is an
+    # interval away, so whatever reaches the worker afterwards was sent after the broker
+    # read the DISCONNECT, not already on its way (draining it instead would pass a
+    # broker that answers DISCONNECT with a KEEPALIVE). A broker that does not beat an
+    # idle worker gives nothing to wait for; the DISCONNECT then goes at once.
+    worker.dealer.drain()
+    ctx.watch([worker.dealer], lambda _, got: isinstance(got.message, Keepalive), 1.5 * ctx.heartbeat_s)
     worker.beat.active = False
     worker.dealer.send(_nfp.disconnect(ctx, WORKER, service))
     settle(ctx)
-    worker.dealer.drain()  # sent before the broker read the DISCONNECT
     client = open_client(ctx)
     client.send(job(ctx, Post, service, worker.name, new_uuid(), JOB_BODY))
     ctx.expect("nothing at the worker (no KEEPALIVE, no POST)")
@@ -240,11 +245,7 @@ def broker_keepalives(ctx: CaseContext) -> None:
 
     ctx.watch([worker.dealer], handle, 3.2 * hb)
     ctx.saw(f"{len(stamps)} KEEPALIVE(s) at {[round(s) for s in stamps]} ms")
-    ctx.check(len(stamps) >= 2, "fewer than two KEEPALIVEs within three intervals")
-    gaps = [b - a for a, b in itertools.pairwise(stamps)]
-    ctx.check(
-        max(gaps) <= 2000 * hb + 200, f"KEEPALIVE interval {max(gaps):.0f} ms, agreed {hb * 1000:.0f} ms"
-    )
+    ctx.check_beats(stamps, "KEEPALIVE")
     ctx.check(all(worker.service in t for t in texts), "a KEEPALIVE names another service")
 
 

@@ -2,7 +2,9 @@
 
 * :class:`TinyNfpWorker` - a conforming NFP worker (spec or NorFab dialect);
 * :class:`TinyDcpWorker` - a conforming DCP worker (spec or DagBox dialect);
-* :class:`SilentRouter` - a bound ROUTER that reads and never answers.
+* :class:`SilentRouter` - a bound ROUTER that reads and never answers;
+* :class:`AnsweringDisconnectBroker` - an NFP spec broker (OPEN, READY, KEEPALIVE every
+  interval) with one defect: it answers a worker's DISCONNECT with a KEEPALIVE.
 
 Every loop is bounded in time (``lifetime_s``) and stops on :meth:`stop`.
 """
@@ -191,4 +193,52 @@ class SilentRouter(_Peer):
         self.sock.close(0)
 
 
-__all__ = ["BROKER", "SilentRouter", "TinyDcpWorker", "TinyNfpWorker", "free_port"]
+class AnsweringDisconnectBroker(_Peer):
+    """An NFP spec broker that beats its workers every ``heartbeat_s`` and answers a
+    worker's DISCONNECT with one more KEEPALIVE (NFP 7: it MUST send nothing more)."""
+
+    def __init__(self, heartbeat_s: float, lifetime_s: float = 120.0) -> None:
+        super().__init__(lifetime_s)
+        self.heartbeat_s = heartbeat_s
+        self.sock = self.context.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind("tcp://127.0.0.1:*")
+        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.answered = 0
+
+    def run(self) -> None:
+        workers: dict[bytes, str] = {}
+        next_beat = time.monotonic() + self.heartbeat_s
+        while self.running():
+            if time.monotonic() >= next_beat:
+                for identity, service in workers.items():
+                    self._send(identity, Keepalive(header=BROKER, service=service))
+                next_beat = time.monotonic() + self.heartbeat_s
+            if not self.sock.poll(10):
+                continue
+            identity, *frames = self.sock.recv_multipart()
+            try:
+                message = nfp.decode(frames, "spec")
+            except DecodeError:
+                continue
+            if isinstance(message, Open):
+                self._send(identity, Open(header=message.header))
+            elif isinstance(message, Ready):
+                workers[identity] = message.service
+            elif isinstance(message, Disconnect) and identity in workers:
+                self._send(identity, Keepalive(header=BROKER, service=workers.pop(identity)))
+                self.answered += 1
+        self.sock.close(0)
+
+    def _send(self, identity: bytes, message: object) -> None:
+        self.sock.send_multipart([identity, *nfp.encode(message, "spec")])  # type: ignore[arg-type]
+
+
+__all__ = [
+    "BROKER",
+    "AnsweringDisconnectBroker",
+    "SilentRouter",
+    "TinyDcpWorker",
+    "TinyNfpWorker",
+    "free_port",
+]

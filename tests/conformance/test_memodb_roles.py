@@ -173,7 +173,9 @@ def test_a_peer_that_never_completes_the_nng_handshake_costs_each_case_its_timeo
     try:
         endpoint = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
         started = time.monotonic()
-        report = run_suite("memodb", "broker", endpoint, "spec", timeout_s=0.3, include=("MEMODB-BROKER-3.1",))
+        report = run_suite(
+            "memodb", "broker", endpoint, "spec", timeout_s=0.3, include=("MEMODB-BROKER-3.1",)
+        )
         took = time.monotonic() - started
     finally:
         stop.set()

@@ -14,8 +14,8 @@ from nfgate.conformance.model import CaseResult, RunOptions, Verdict
 from nfgate.conformance.registry import find_role, select
 from nfgate.conformance.runner import run
 
-from .conftest import HEARTBEAT_MS
-from .peers import SilentRouter, TinyDcpWorker, free_port
+from .conftest import HEARTBEAT_MS, run_suite
+from .peers import AnsweringDisconnectBroker, SilentRouter, TinyDcpWorker, free_port
 from .test_against_nfgate import _serve, _stop
 
 
@@ -167,3 +167,19 @@ def test_worker_dying_mid_run_skips_the_remaining_cases() -> None:
     assert all(r.verdict is Verdict.SKIP for r in dead[1:])
     assert len(dead) == len(report.results) - 2
     assert elapsed < 20, f"took {elapsed:.1f} s"
+
+
+@pytest.mark.timeout(60)
+def test_a_broker_answering_disconnect_with_a_keepalive_fails_the_clause() -> None:
+    # The KEEPALIVE arrives as soon as one already on its way would: the case must not
+    # drain it as "sent before the broker read the DISCONNECT".
+    broker = AnsweringDisconnectBroker(HEARTBEAT_MS / 1000)
+    broker.start()
+    try:
+        report = run_suite("nfp", "broker", broker.endpoint, "spec", include=("NFP-BROKER-7.5",))
+    finally:
+        broker.stop()
+    (result,) = report.results
+    assert broker.answered == 1
+    assert result.verdict is Verdict.FAIL, result
+    assert "Keepalive" in result.actual

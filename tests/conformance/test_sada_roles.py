@@ -69,12 +69,16 @@ def test_sada_server_suite_reports_nfgate_forced_to_piran(tmp_path: Path) -> Non
 class PiranServer(threading.Thread):
     """A server the way PIRAN's Safir writes one: its ROUTER sets the identity
     ``ip:port``, it addresses the channel as ``ip:port``, and REP statuses are 4-byte
-    big-endian int32. Otherwise it behaves: INTR, PONG, RINTR -> INTR, REP 200."""
+    big-endian int32. Otherwise it behaves: INTR, PONG, RINTR -> INTR, REP 200.
 
-    def __init__(self, channel_url: str, lifetime_s: float = 90.0) -> None:
+    With ``dialect="spec"`` it is a spec server that sets no identity and says INTR
+    only when it starts: a channel that restarts never hears from it again."""
+
+    def __init__(self, channel_url: str, lifetime_s: float = 90.0, dialect: str = "piran") -> None:
         super().__init__(daemon=True)
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.channel_url = channel_url
+        self.dialect = dialect
         self.stopping = threading.Event()
         self.deadline = time.monotonic() + lifetime_s
 
@@ -86,11 +90,12 @@ class PiranServer(threading.Thread):
     def run(self) -> None:
         sock = self.context.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.ROUTING_ID, f"127.0.0.1:{free_port()}".encode())
+        if self.dialect == "piran":
+            sock.setsockopt(zmq.ROUTING_ID, f"127.0.0.1:{free_port()}".encode())
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sock.connect(self.channel_url)
-        channel = sada.channel_identity(self.channel_url, "piran")
-        intr = sada.encode(Intr(services=(("echo", "1"),)), "piran")
+        channel = sada.channel_identity(self.channel_url, self.dialect)
+        intr = sada.encode(Intr(services=(("echo", "1"),)), self.dialect)
         try:
             for _ in range(500):  # until the connection is up
                 try:
@@ -103,7 +108,7 @@ class PiranServer(threading.Thread):
                     continue
                 identity, *frames = sock.recv_multipart()
                 try:
-                    message = sada.decode(frames, "piran")
+                    message = sada.decode(frames, self.dialect)
                 except DecodeError:
                     continue
                 answer: object | None = None
@@ -116,7 +121,7 @@ class PiranServer(threading.Thread):
                     answer = Rep(request_id=message.request_id, status=status, payload=message.payload)
                 if answer is not None:
                     try:
-                        sock.send_multipart([identity, *sada.encode(answer, "piran")])  # type: ignore[arg-type]
+                        sock.send_multipart([identity, *sada.encode(answer, self.dialect)])  # type: ignore[arg-type]
                     except zmq.ZMQError:
                         continue
         finally:
@@ -138,6 +143,23 @@ def test_sada_server_suite_reports_a_piran_server() -> None:
     assert verdicts["SADA-SERVER-8.1"] is Verdict.NON_STRICT, explain(report)  # int32 status
     assert verdicts["SADA-SERVER-4.2"] is Verdict.NON_STRICT, explain(report)  # int32 status again
     assert verdicts["SADA-SERVER-6.1"] is Verdict.PASS, explain(report)
+
+
+@pytest.mark.timeout(120)
+def test_a_server_silent_after_the_channel_restarts_fails_that_case_alone() -> None:
+    channel_url = f"tcp://127.0.0.1:{free_port()}"
+    server = PiranServer(channel_url, dialect="spec")
+    server.start()
+    try:
+        report = run_suite("sada", "server", channel_url, "spec", heartbeat_ms=HEARTBEAT_MS)
+    finally:
+        server.stop()
+    verdicts = {r.id: r.verdict for r in report.results}
+    assert verdicts["SADA-SERVER-10.1"] is Verdict.NON_STRICT, explain(report)
+    # The restart is the last thing the suite does to the server: every other case
+    # was judged on a channel the server knew.
+    others = {case: v for case, v in verdicts.items() if case != "SADA-SERVER-10.1"}
+    assert set(others.values()) <= {Verdict.PASS, Verdict.INFO}, explain(report)
 
 
 CHANNEL_TOML = f"""

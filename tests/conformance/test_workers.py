@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+
+from nfgate.conformance.model import Verdict
 
 from .conftest import HEARTBEAT_MS, assert_all_pass, run_suite
 from .peers import TinyDcpWorker, TinyNfpWorker, free_port
@@ -38,3 +42,24 @@ def test_dcp_worker_suite_passes_against_a_conforming_worker(dialect: str) -> No
     assert report.dialect == dialect
     assert len(report.results) >= 15
     assert_all_pass(report)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("protocol", "case", "peer"),
+    [
+        ("nfp", "NFP-WORKER-9.1", lambda url, hb: TinyNfpWorker(url, "tiny", "spec", heartbeat_s=hb)),
+        ("dcp", "DCP-WORKER-8.1", lambda url, hb: TinyDcpWorker(url, b"tiny", "spec", heartbeat_s=hb)),
+    ],
+)
+def test_a_worker_flooding_heartbeats_breaks_the_agreed_interval(protocol: str, case: str, peer: Any) -> None:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    worker = peer(endpoint, HEARTBEAT_MS / 1000 / 20)  # twenty beats per agreed interval
+    worker.start()
+    try:
+        report = run_suite(protocol, "worker", endpoint, "spec", include=(case,))
+    finally:
+        worker.stop()
+    (result,) = report.results
+    assert result.verdict is Verdict.FAIL, result
+    assert "apart, agreed every" in result.reason
