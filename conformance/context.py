@@ -135,6 +135,10 @@ class CaseContext:
         self.frames: list[FrameRecord] = []
         self.expected = ""
         self.actual = ""
+        self.received = 0  # messages from the peer, counted by record()
+        # A window ended with nothing from the peer: the case may pass on its silence,
+        # which proves nothing if the peer is dead, so the runner probes it afterwards.
+        self.heard_silence = False
         self._sockets: list[zmq.Socket[bytes]] = []
         self._beats: list[Beat] = []
 
@@ -204,6 +208,7 @@ class CaseContext:
         peer sending tens of megabytes must not make the report (written three times,
         as hex) tens of gigabytes."""
         frames = tuple(frames)
+        self.received += direction == "received"
         kept = tuple(f[:KEEP_BYTES] for f in frames[:KEEP_FRAMES])
         if kept != frames:
             sizes = ", ".join(str(len(f)) for f in frames[:KEEP_FRAMES])
@@ -376,7 +381,9 @@ class Dealer:
                 out.append(got)
             return False
 
+        heard = self.ctx.received
         self.ctx.watch([self], keep, window_s)
+        self.ctx.heard_silence |= self.ctx.received == heard
         return out
 
 

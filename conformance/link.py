@@ -73,7 +73,9 @@ class Watched:
                 out.append(got)
             return False
 
+        heard = ctx.received
         ctx.watch([self], keep, window_s)  # type: ignore[list-item]
+        ctx.heard_silence |= ctx.received == heard
         return out
 
     def drain(self, ctx: CaseContext) -> list[Received]:

@@ -1,9 +1,9 @@
 """Runs a role's cases one after the other against one peer.
 
 Never hangs: every case has a deadline (:meth:`Case.budget_s`), every wait inside it is
-clamped to it, and when a case waited in vain the runner probes the peer. A peer that
-no longer answers the probe is reported once, on that case, and every later case is
-SKIPped with that reason.
+clamped to it, and when a case waited in vain, or passed on a window in which the peer
+said nothing, the runner probes the peer. A peer that no longer answers the probe is
+reported once, on that case, and every later case is SKIPped with that reason.
 """
 
 from __future__ import annotations
@@ -153,6 +153,12 @@ def _execute(role: Role, case: Case, session: Session) -> tuple[CaseResult, str]
     try:
         case.run(ctx)
         expected, actual = ctx.expected, ctx.actual
+        if ctx.heard_silence:
+            # The case passed on silence, which a dead peer keeps too: probe, so that a
+            # peer that died is reported on this case, not on the next one.
+            gone = _probe(role, session, ctx)
+            if gone:
+                verdict, reason = Verdict.FAIL, f"the peer was silent, as the case expects, but {gone}"
     except Violation as out:
         verdict, reason, expected, actual = (
             violation_verdict(case.clause.keyword),

@@ -119,6 +119,7 @@ class NngPeer:
         try:
             return self.recv("message", window_s)
         except NoAnswer:
+            self.ctx.heard_silence = True
             return None
 
 

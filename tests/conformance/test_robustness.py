@@ -170,6 +170,35 @@ def test_worker_dying_mid_run_skips_the_remaining_cases() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_a_peer_dead_before_a_case_that_expects_silence_fails_that_case(tmp_path: Path) -> None:
+    # NFP-BROKER-7.5 passes when the worker hears nothing: so does a dead broker. The
+    # runner probes after a case that passed on silence, so the death is reported on
+    # the case it spoiled, not on the next one.
+    proc, edges, _ = _serve(tmp_path)
+
+    def kill_after_first(case: object, result: CaseResult) -> None:
+        proc.kill()
+        proc.wait(10)
+
+    try:
+        role = find_role("nfp", "broker")
+        options = RunOptions(
+            protocol="nfp", role="broker", endpoint=edges["nfp"], dialect="spec", timeout_s=0.5
+        )
+        cases = select(role, include=("NFP-BROKER-6.1", "NFP-BROKER-7.5", "NFP-BROKER-7.6"))
+        report = run(role, options, cases, kill_after_first)
+    finally:
+        if proc.poll() is None:
+            _stop(proc)
+    first, silent, after = report.results
+    assert first.verdict is Verdict.PASS, first
+    assert silent.id == "NFP-BROKER-7.5"
+    assert silent.verdict is Verdict.FAIL, silent
+    assert "silent, as the case expects, but the peer stopped answering" in silent.reason
+    assert after.verdict is Verdict.SKIP, after
+
+
+@pytest.mark.timeout(60)
 def test_a_broker_answering_disconnect_with_a_keepalive_fails_the_clause() -> None:
     # The KEEPALIVE arrives as soon as one already on its way would: the case must not
     # drain it as "sent before the broker read the DISCONNECT".
