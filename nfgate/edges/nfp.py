@@ -122,8 +122,25 @@ class NfpEdge(RouterEdge):
 
     # ------------------------------------------------------------------ helpers
 
+    @staticmethod
+    def peer_name(address: bytes) -> str:
+        """A peer's name as NorFab gives it: its identity, which NorFab sets to the
+        worker's or client's name as UTF-8 text (``wörker-1`` and ``w 2`` included);
+        :func:`peer_label` (``id-<hex>``) for one that is not printable text. The name
+        is what named targets match and what a NorFab worker keys its result by, so it
+        must be the name the worker knows itself by; logs keep :func:`peer_label`."""
+        try:
+            text = address.decode("utf-8")
+        except UnicodeDecodeError:
+            return peer_label(address)
+        return text if text.isprintable() and text else peer_label(address)
+
     def label(self, peer: Peer) -> str:
-        return peer_label(peer.address) if peer.protocol == "nfp" else f"{peer.protocol}-{peer.address.hex()}"
+        return (
+            self.peer_name(peer.address)
+            if peer.protocol == "nfp"
+            else f"{peer.protocol}-{peer.address.hex()}"
+        )
 
     def beat_record(self, address: bytes) -> BeatCounts | None:
         return self._workers.get(address)
@@ -220,7 +237,7 @@ class NfpEdge(RouterEdge):
                         peer=peer,
                         services=(ServiceRef(name=message.service),),
                         capacity=self._norfab_capacity if dialect == "norfab" else 1,
-                        name=peer_label(address),
+                        name=self.peer_name(address),
                     )
                 )
             case Action.HEARTBEAT, _:
@@ -307,7 +324,7 @@ class NfpEdge(RouterEdge):
 
     def _client_token(self, request: Request) -> bytes:
         # NorFab workers keep the client address as UTF-8 text and send it back.
-        label = peer_label(request.reply_to.address) if request.reply_to.edge == self.name else ""
+        label = self.peer_name(request.reply_to.address) if request.reply_to.edge == self.name else ""
         return (label or f"nfgate-{request.id}").encode()
 
     def _dispatch(self, out: Dispatch) -> list[Command]:

@@ -152,7 +152,7 @@ class NfpServices:
         jobs = self._edge.jobs.open_by_client()
         return tuple(
             ClientInfo(
-                name=peer_label(address),
+                name=self._edge.peer_name(address),
                 protocol=f"nfp/{dialect}",
                 edge=self._edge.name,
                 last_seen_s=max(0.0, idle_ms / 1000),

@@ -150,6 +150,32 @@ def test_named_target_comma_list_and_json_list(gw: Running) -> None:
     assert isinstance(get(w1), Post)
 
 
+@pytest.mark.parametrize("name", ["wörker-1", "w 2"])
+def test_a_norfab_worker_named_in_utf8_text_is_known_by_that_name(gw: Running, name: str) -> None:
+    # NorFab's identity is the worker's name as UTF-8: the 202, a named target and the
+    # worker's result (keyed by its own name) must all use that name.
+    w = norfab_worker(gw, "nf", name.encode())
+    client = gw.dealer("nfp", "clïent".encode())
+    job = post(
+        client, "nf", b'{"task":"t","kwargs":{},"args":[]}', target=json.dumps([name]), dialect="norfab"
+    )
+    accepted = get(client, "norfab")
+    assert accepted.status == 202 and json.loads(accepted.body[0])["workers"] == [name]  # type: ignore[attr-defined]
+    dispatched = get(w, "norfab")
+    assert isinstance(dispatched, Post) and dispatched.uuid == job and dispatched.client == "clïent".encode()
+    result = json.dumps({name: {"result": 1, "failed": False}}).encode()
+    send(w, Response(header=WORKER, client=dispatched.client, uuid=job, status=200, body=(result,)), "norfab")
+    final = get(client, "norfab")
+    assert final.status == 200 and json.loads(final.body[0])[name]["result"] == 1  # type: ignore[attr-defined]
+    for task, listed in (("show_workers", name), ("show_clients", "clïent")):
+        body = json.dumps({"task": task, "kwargs": {}, "args": []}).encode()
+        ask = Mmi(header=CLIENT, service="mmi.service.broker", target="all", uuid=new_uuid(), body=(body,))
+        send(client, ask, "norfab")
+        get(client, "norfab")  # NorFab's broker answers MMI twice: a 202-like RESPONSE, then the MMI
+        rows = json.loads(get(client, "norfab").body[0])  # type: ignore[attr-defined]
+        assert [row["name"] for row in rows] == [listed]
+
+
 def test_norfab_worker_flow_201_event_get_200(gw: Running) -> None:
     w = norfab_worker(gw, "nf", b"nfw")
     client = gw.dealer("nfp", b"c1")
