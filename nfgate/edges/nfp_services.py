@@ -121,6 +121,15 @@ class NfpServices:
                     status, value = Status.OK, None
                 else:
                     status, value = sid.handle(task, kwargs, args, self._options.inventory)
+            elif service != FSS:
+                # NorFab's broker drops an MMI for any other service, and its client waits
+                # out its timeout; an answer at once is kinder, and no other service may
+                # be answered as if it were one of these.
+                self._edge.bad_input(peer, "unknown_broker_service", f"MMI for service {service!r}")
+                status, value = (
+                    Status.NOT_FOUND,
+                    f"no broker service {service!r}: {', '.join(sorted(BROKER_SERVICES))}",
+                )
             elif self._options.files is None:
                 status, value = Status.NOT_FOUND, "no files_root is configured for fss.service.broker"
             else:

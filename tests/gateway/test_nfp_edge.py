@@ -318,6 +318,28 @@ def test_mmi_show_workers_answered_twice_for_norfab(gw: Running) -> None:
     assert [row["name"] for row in rows] == ["mw1"]
 
 
+@pytest.mark.parametrize("service", ["walk", "echo", "nosvc"])
+def test_mmi_for_a_service_the_broker_does_not_have_is_404(tmp_path: Path, service: str) -> None:
+    # Even with a files root configured: an MMI to another name must not be answered
+    # as fss.service.broker (it listed the broker's files).
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "secret.txt").write_text("x")
+    gw = start_gateway(tmp_path, f"[edges.nfp]\nfiles_root = '{tmp_path / 'files'}'\n")
+    try:
+        client = gw.dealer("nfp", b"mc")
+        body = json.dumps({"task": "list_files", "kwargs": {"url": "nf://"}, "args": []}).encode()
+        send(
+            client, Mmi(header=CLIENT, service=service, target="any", uuid=new_uuid(), body=(body,)), "norfab"
+        )
+        first, second = get(client, "norfab"), get(client, "norfab")
+        assert isinstance(first, Response) and first.status == 404
+        assert isinstance(second, Mmi) and second.status == 404
+        assert b"secret" not in second.body[0] and service.encode() in second.body[0]
+        assert gw.gateway.edges["nfp"].counters["unknown_broker_service"] == 1
+    finally:
+        finish(gw)
+
+
 def test_garbage_is_counted_and_harmless(gw: Running) -> None:
     w = spec_worker(gw, "echo", b"gw1")
     bad = gw.dealer("nfp")
