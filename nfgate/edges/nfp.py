@@ -60,10 +60,17 @@ __all__ = ["NfpEdge", "NfpOptions"]
 log = logging.getLogger("nfgate.edge.nfp")
 
 _PROGRESS = {201: "created", 202: "created", 300: "pending"}
+# A NorFab worker's answers to a GET: "pending" (300), "waiting for input" (102, with
+# the input request), "no such job" (404), or the result (final).
+_GET_ANSWERS = frozenset({102, 300, 404})
+# What the gateway is waiting for a NorFab worker to answer, per uuid (_Peer.asked): a
+# client's GET passed on (POLL), its own GET for a result the worker said is ready
+# (FETCH), or a POLL after whose answer the FETCH is still to be sent.
+POLL, FETCH, POLL_THEN_FETCH = 1, 2, 3
 
 
 class _Peer:
-    __slots__ = ("beats_heard", "beats_sent", "dialect", "held", "seen", "service", "state")
+    __slots__ = ("asked", "beats_heard", "beats_sent", "dialect", "held", "seen", "service", "state")
 
     def __init__(self, dialect: str) -> None:
         self.dialect = dialect
@@ -74,6 +81,9 @@ class _Peer:
         self.service = ""
         # uuid sent -> (core id, request): how a worker's RESPONSE finds its request.
         self.held: dict[str, tuple[int, Request]] = {}
+        # uuid -> POLL/FETCH/POLL_THEN_FETCH: one GET of a held job at a time, so that
+        # the worker does not send a result twice (a subset of held).
+        self.asked: dict[str, int] = {}
 
 
 class NfpEdge(RouterEdge):
@@ -92,6 +102,7 @@ class NfpEdge(RouterEdge):
         "jobs_refused",
         "jobs_turned_away",
         "mmi_requests",
+        "poll_not_found",
         "repeated_ready",
         "store_errors",
         "strangers",
@@ -270,6 +281,7 @@ class NfpEdge(RouterEdge):
         self._workers.pop(address, None)
         p.state = PeerState.NEW
         p.held.clear()
+        p.asked.clear()
 
     def _disconnect(self, address: bytes, p: _Peer, reason: str) -> None:
         body = None if p.dialect == "norfab" else reason.encode()
@@ -286,17 +298,26 @@ class NfpEdge(RouterEdge):
             self.counters["events_received"] += 1
             if dialect == "norfab" and b'"result_ready"' in msg.body[0]:
                 # The result is saved on the worker; NorFab hands it out only to a GET.
-                self._send_message(
-                    address,
-                    Get(header=BROKER, client=msg.client or b"nfgate", uuid=msg.uuid, body=(b"{}",)),
-                    dialect,
-                )
+                if msg.uuid in p.asked:  # a client's GET is out: fetch once it is answered
+                    p.asked[msg.uuid] = POLL_THEN_FETCH
+                else:
+                    self._ask(address, p, msg.uuid, msg.client or b"nfgate", FETCH)
         elif isinstance(msg, Stream):
             progress = "stream"
         else:
+            asked = p.asked.pop(msg.uuid, 0) if msg.status in _GET_ANSWERS else 0
+            if asked == POLL_THEN_FETCH:
+                self._ask(address, p, msg.uuid, msg.client or b"nfgate", FETCH)
+            if asked in (POLL, POLL_THEN_FETCH) and msg.status == 404:
+                # "JOB NOT FOUND" to a client's GET passed on: the worker has not filed
+                # the POST yet (its threads take POST and GET from separate queues).
+                # Relayed, it would fail the job at the client; dropped, the client polls again.
+                self.counters["poll_not_found"] += 1
+                return None
             progress = _PROGRESS.get(msg.status, "")
             if not progress and msg.status >= 200:
                 del p.held[msg.uuid]
+                p.asked.pop(msg.uuid, None)
         return Reply(
             id=core_id, status=msg.status, body=msg.body, worker=self.peer(address), progress=progress
         )
@@ -363,6 +384,7 @@ class NfpEdge(RouterEdge):
         for uuid, (core_id, request) in list(p.held.items()):
             if core_id == out.request.id:
                 del p.held[uuid]
+                p.asked.pop(uuid, None)
                 if p.dialect == "norfab":
                     message = Delete(
                         header=BROKER, client=self._client_token(request), uuid=uuid, body=(b"{}",)
@@ -372,14 +394,44 @@ class NfpEdge(RouterEdge):
                     message = Delete(header=BROKER, service=service, target="any", uuid=uuid, body=(b"",))
                 self._send_message(out.worker.address, message, p.dialect)
 
+    def _holders(self, core_id: int) -> list[tuple[bytes, _Peer, str, Request]]:
+        """(address, worker, uuid it knows the job by, request) for each worker of this
+        edge holding the job ``core_id``."""
+        return [
+            (address, p, uuid, request)
+            for address, p in self._workers.items()
+            for uuid, (held_id, request) in p.held.items()
+            if held_id == core_id
+        ]
+
     def relay_input(self, core_id: int, msg: Put) -> bool:
         """Send a NorFab client's PUT to the workers of this edge that hold its job."""
         sent = False
-        for address, p in self._workers.items():
-            for uuid, (held_id, request) in p.held.items():
-                if held_id == core_id:
-                    put = Put(header=BROKER, client=self._client_token(request), uuid=uuid, body=msg.body)
-                    sent = self._send_message(address, put, p.dialect) or sent
+        for address, p, uuid, request in self._holders(core_id):
+            put = Put(header=BROKER, client=self._client_token(request), uuid=uuid, body=msg.body)
+            sent = self._send_message(address, put, p.dialect) or sent
+        return sent
+
+    def poll(self, core_id: int) -> bool:
+        """Pass a NorFab client's GET of a running job on to the NorFab workers holding
+        it, as NorFab's broker does; False when none was asked (the caller answers from
+        the store). The worker answers from its own records: 300 while it runs, 102 with
+        the question when it waits for the client's input (a client that was away when
+        the question went out learns it so), or the result, which ends the job as any
+        result does (a result lost on the way is found again so). One GET per job and
+        worker at a time: a job whose GET is out is answered from the store."""
+        asked = False
+        for address, p, uuid, request in self._holders(core_id):
+            if p.dialect == "norfab" and uuid not in p.asked:
+                asked = self._ask(address, p, uuid, self._client_token(request), POLL) or asked
+        return asked
+
+    def _ask(self, address: bytes, p: _Peer, uuid: str, client: bytes, why: int) -> bool:
+        sent = self._send_message(
+            address, Get(header=BROKER, client=client, uuid=uuid, body=(b"{}",)), p.dialect
+        )
+        if sent:
+            p.asked[uuid] = why
         return sent
 
     # ------------------------------------------------------------------ timers

@@ -198,6 +198,79 @@ def test_norfab_worker_flow_201_event_get_200(gw: Running) -> None:
     assert final.status == 200 and json.loads(final.body[0]) == {"nfw": {"result": 42, "failed": False}}  # type: ignore[attr-defined]
 
 
+def _running_norfab_job(gw: Running) -> tuple[zmq.Socket[bytes], zmq.Socket[bytes], str]:
+    """A NorFab client's job held by a NorFab worker: (client, worker, uuid)."""
+    w = norfab_worker(gw, "nf", b"nfw")
+    client = gw.dealer("nfp", b"c1")
+    job = post(client, "nf", b'{"task":"t","kwargs":{},"args":[]}', dialect="norfab")
+    assert get(client, "norfab").status == 202  # type: ignore[attr-defined]
+    assert isinstance(get(w, "norfab"), Post)
+    return client, w, job
+
+
+def _poll(client: zmq.Socket[bytes], job: str) -> None:
+    send(client, Get(header=CLIENT, service="nf", target='["nfw"]', uuid=job, body=(b"{}",)), "norfab")
+
+
+def test_a_norfab_clients_get_of_a_running_job_is_answered_by_its_worker(gw: Running) -> None:
+    # NorFab's broker passes a GET on to the worker, which answers from its records:
+    # 300 while running, 102 with the question when it waits for input (how a client
+    # that was away when the question went out learns it), then the result.
+    client, w, job = _running_norfab_job(gw)
+    _poll(client, job)
+    asked = get(w, "norfab")
+    assert isinstance(asked, Get) and asked.uuid == job and asked.client == b"c1"
+    _poll(client, job)  # one GET at a time per job and worker: this one the gateway answers
+    assert get(client, "norfab").status == 300  # type: ignore[attr-defined]
+    question = b'{"worker":"nfw","status":"WAITING_CLIENT_INPUT","input_request":{"id":"q1"}}'
+    send(w, Response(header=WORKER, client=b"c1", uuid=job, status=102, body=(question,)), "norfab")
+    waiting = get(client, "norfab")
+    assert isinstance(waiting, Response) and waiting.status == 102 and waiting.body == (question,)
+    _poll(client, job)  # answered: the next GET goes to the worker again
+    assert isinstance(get(w, "norfab"), Get)
+    result = b'{"nfw":{"result":3,"failed":false}}'
+    send(w, Response(header=WORKER, client=b"c1", uuid=job, status=200, body=(result,)), "norfab")
+    final = get(client, "norfab")
+    assert final.status == 200 and json.loads(final.body[0])["nfw"]["result"] == 3  # type: ignore[attr-defined]
+    _poll(client, job)  # finished: from the store, the worker is not asked
+    again = get(client, "norfab")
+    assert again.status == 200 and json.loads(again.body[0])["nfw"]["result"] == 3  # type: ignore[attr-defined]
+    assert quiet(w, 200)
+
+
+def test_a_job_not_found_answer_to_a_passed_on_get_is_dropped(gw: Running) -> None:
+    # A NorFab worker files a POST and answers a GET in separate threads: "JOB NOT FOUND"
+    # can come before it filed the job. Relayed, it would fail the job at the client.
+    client, w, job = _running_norfab_job(gw)
+    _poll(client, job)
+    assert isinstance(get(w, "norfab"), Get)
+    missing = b'{"worker":"nfw","status":"JOB NOT FOUND"}'
+    send(w, Response(header=WORKER, client=b"c1", uuid=job, status=404, body=(missing,)), "norfab")
+    assert quiet(client, 200)
+    assert gw.gateway.edges["nfp"].counters["poll_not_found"] == 1
+    result = b'{"nfw":{"result":4,"failed":false}}'
+    send(w, Response(header=WORKER, client=b"c1", uuid=job, status=200, body=(result,)), "norfab")
+    assert get(client, "norfab").status == 200  # type: ignore[attr-defined]
+
+
+def test_a_result_ready_while_a_client_get_is_out_is_fetched_after_its_answer(gw: Running) -> None:
+    client, w, job = _running_norfab_job(gw)
+    _poll(client, job)
+    assert isinstance(get(w, "norfab"), Get)
+    event = b'{"worker":"nfw","uuid":"%s","event_type":"result_ready"}' % job.encode()
+    send(w, Event(header=WORKER, client=b"c1", uuid=job, status=200, body=(event,)), "norfab")
+    assert isinstance(get(client, "norfab"), Event)
+    assert quiet(w, 200)  # no second GET while the first is unanswered
+    pending = b'{"worker":"nfw","status":"STARTED"}'
+    send(w, Response(header=WORKER, client=b"c1", uuid=job, status=300, body=(pending,)), "norfab")
+    assert get(client, "norfab").status == 300  # type: ignore[attr-defined]
+    fetch = get(w, "norfab")  # now the gateway's own GET for the result
+    assert isinstance(fetch, Get) and fetch.uuid == job
+    result = b'{"nfw":{"result":5,"failed":false}}'
+    send(w, Response(header=WORKER, client=b"c1", uuid=job, status=200, body=(result,)), "norfab")
+    assert get(client, "norfab").status == 200  # type: ignore[attr-defined]
+
+
 def test_a_norfab_job_sent_again_has_a_uuid_of_its_own(gw: Running) -> None:
     # A NorFab worker drops, without a word, a POST for a uuid it already has (it keeps
     # its jobs across its own restarts): a job dispatched a second time goes out under a

@@ -341,9 +341,15 @@ class Peers:
         wait_workers: list[str] | None = None,
         mmi: str | None = None,
         fetch: list[str] | None = None,
+        submit: bool = False,
+        answer_job: str | None = None,
     ) -> ClientRun:
-        """Start a NorFab client process; collect its answer with :meth:`finish`."""
+        """Start a NorFab client process; collect its answer with :meth:`finish`.
+        ``submit``: submit the job and leave (the answer has its ``uuid``);
+        ``answer_job``: answer that job's input request, then wait for its result."""
         args = ["client", "--name", name, "--endpoint", self.broker.nfp, "--base-dir", str(self.base_dir)]
+        if answer_job:
+            args += ["--answer-job", answer_job, "--timeout", str(timeout)]
         if wait_workers:
             args += ["--wait-workers", json.dumps(wait_workers)]
         if mmi:
@@ -352,7 +358,7 @@ class Peers:
             args += ["--fetch", json.dumps(fetch), "--timeout", str(timeout)]
         if service:
             args += [
-                "--service",
+                "--submit" if submit else "--service",
                 service,
                 "--task",
                 task or "",

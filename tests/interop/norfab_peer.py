@@ -112,6 +112,12 @@ def _make_worker(args: argparse.Namespace, exit_event: threading.Event) -> Any:
             time.sleep(float(seconds))
             return Result(result={"worker": self.name, "seconds": seconds, "kwargs": kwargs})
 
+        @Task(fastapi=False, mcp=False)
+        def ask(self, job: Job, question: str = "go on?", delay: float = 0, wait: int = 20) -> Result:
+            """After ``delay`` s, ask the client a question (NorFab's input request)."""
+            time.sleep(float(delay))
+            return Result(result={"answer": job.request_input(question, default="no", timeout=wait)})
+
     return InteropWorker(inventory, args.endpoint, args.service, args.name, exit_event, args.log_level)
 
 
@@ -172,6 +178,16 @@ def _wait_for_workers(client: Any, wanted: list[str], timeout: float) -> dict[st
     return {"how": "timeout", "last": last, "attempts": attempts}
 
 
+def _answer(client: Any, uuid: str, answer: str, timeout: float) -> Any:
+    """Wait (bounded) for the input request of job ``uuid``, answer it, return the result."""
+    future = client.job_futures[uuid]  # restored from the client's job database
+    for event in future.events(timeout=timeout):
+        if event.get("event_type") == "input_request":
+            future.send_response(event["extras"]["input_request"]["id"], answer)
+            break
+    return future.result(timeout=timeout)
+
+
 def run_client(args: argparse.Namespace) -> int:
     from norfab.core.client import NFPClient
 
@@ -199,6 +215,18 @@ def run_client(args: argparse.Namespace) -> int:
             out["job_seconds"] = round(time.monotonic() - started, 3)
         if args.fetch:
             out["fetch"] = client.fetch_file(_json_arg(args.fetch), timeout=args.timeout)
+        if args.submit:  # the job goes; the client leaves without waiting for it
+            future = client.submit_job(
+                service=args.submit,
+                task=args.task,
+                workers=_json_arg(args.workers),
+                kwargs=_json_arg(args.kwargs) or {},
+                timeout=args.timeout,
+            )
+            time.sleep(args.linger)
+            out["uuid"] = future.uuid
+        if args.answer_job:  # a client of the same name, back: answer the job's question
+            out["job"] = _answer(client, args.answer_job, args.answer, args.timeout)
     finally:
         # destroy() joins the client's threads; never let it hang the process.
         stopper = threading.Thread(target=client.destroy, daemon=True)
@@ -241,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--kwargs", default="{}")
     c.add_argument("--timeout", type=int, default=30)
     c.add_argument("--fetch", default=None, help="JSON list of nf:// URLs for client.fetch_file")
+    c.add_argument("--submit", default=None, help="service: submit_job (with --task...) and leave")
+    c.add_argument("--linger", type=float, default=0.5, help="seconds to stay after --submit")
+    c.add_argument("--answer-job", default=None, help="uuid of a job to answer the input request of")
+    c.add_argument("--answer", default="yes")
     c.add_argument("--shared-key", default=None, help="broker CURVE public key (zmq_auth on)")
 
     args = parser.parse_args(argv)

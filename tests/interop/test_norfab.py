@@ -420,3 +420,32 @@ def test_gateway_killed_mid_job_the_norfab_client_still_gets_its_result(interop_
         peers.close()
         if first.proc.poll() is None:
             first.proc.kill()
+
+
+# ------------------------------------------------------------------------------ 12
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(90)
+def test_a_client_away_when_its_job_asked_for_input_learns_it_by_polling(peers: Peers) -> None:
+    # The worker's question (an EVENT) goes out while the client is gone. Back under the
+    # same name, the client polls with GET; the broker passes the GET on to the worker,
+    # which answers 102 with the question (NorFab's broker does the same). Before, nfgate
+    # answered 300 from its store and the worker's question timed out.
+    peers.start_worker("w1", service="echo")
+    submitted = peers.run_client(
+        "c-away",
+        service="echo",
+        task="ask",
+        submit=True,
+        workers="any",
+        kwargs={"question": "go on?", "delay": 2, "wait": 30},
+        timeout=60,
+        wait_workers=["w1"],
+    )
+    logs = f"first client: {submitted!r}\n{peers.logs()}"
+    assert submitted.get("uuid"), logs
+    time.sleep(3)  # the question goes out while no client is there
+    answer = peers.run_client("c-away", answer_job=submitted["uuid"], timeout=30)
+    logs = f"client answer: {answer!r}\n{peers.logs()}"
+    _assert_ok(_entry(answer.get("job"), "w1", logs), {"answer": "yes"}, logs)
