@@ -15,7 +15,7 @@ The file (every table and key optional)::
                                      # POST (GET then gives 400); 0 keeps them for ever
 
     [routing]
-    queue_expiry_ms = 300000         # a request with no worker waits this long, then 408
+    queue_expiry_ms = 300000         # a request with no worker waits this long, then 408 (behind busy workers: no limit)
     max_redispatch = 3               # re-dispatches after a worker dies, then 500
     max_queue_per_service = 10000    # beyond it: 503
     max_queued = 50000               # over all services; beyond it: 503

@@ -128,10 +128,16 @@ class Router:
                 expired = "heartbeat expired"
                 self._remove_worker(self._workers[peer], now_ms, out, evict_reason=expired, reason=expired)
         expiry = self._cfg.queue_expiry_ms
-        while self._waiting:
+        for _ in range(len(self._waiting)):  # each pass removes one or moves it to the end
             part, since = next(iter(self._waiting.items()))
             if since + expiry > now_ms:
                 break
+            if expiry and views.has_server(part, self._workers, self._providers):
+                # A request waiting for a busy worker that offers it is not a request
+                # with no worker (the expiry's case): it waits on, its clock restarted.
+                self._waiting[part] = now_ms
+                self._waiting.move_to_end(part)
+                continue
             self._unqueue(part)
             self._stats["expired"] += 1
             self._finish(part, Event.EXPIRE, Status.REQUEST_TIMEOUT, "no worker within the queue expiry", out)
@@ -172,12 +178,7 @@ class Router:
 
     def stats(self) -> dict[str, int]:
         """Counters since start, plus gauges (workers, jobs, queued, in_flight)."""
-        stats = dict(self._stats)
-        stats["workers"] = len(self._workers)
-        stats["jobs"] = len(self._jobs)
-        stats["queued"] = len(self._waiting)
-        stats["in_flight"] = sum(len(w.in_flight) for w in self._workers.values())
-        return stats
+        return views.stats(self._stats, self._workers.values(), len(self._jobs), len(self._waiting))
 
     # ------------------------------------------------------------------ requests
 

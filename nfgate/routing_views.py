@@ -8,13 +8,40 @@ what is routed.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from nfgate.model import Catalog, CatalogEntry, Lookup, Peer, ServiceRef
-from nfgate.queues import WorkerState
+from nfgate.queues import Part, WorkerState
 from nfgate.routing_types import WorkerInfo
 
-__all__ = ["catalog", "worker_infos"]
+__all__ = ["catalog", "has_server", "stats", "worker_infos"]
+
+
+def stats(
+    counters: Mapping[str, int], workers: Collection[WorkerState], jobs: int, queued: int
+) -> dict[str, int]:
+    """The core's counters plus its gauges (workers, jobs, queued, in_flight)."""
+    return {
+        **counters,
+        "workers": len(workers),
+        "jobs": jobs,
+        "queued": queued,
+        "in_flight": sum(len(w.in_flight) for w in workers),
+    }
+
+
+def has_server(
+    part: Part, workers: Mapping[Peer, WorkerState], providers: Mapping[str, Mapping[Peer, None]]
+) -> bool:
+    """True when a registered worker could take the queued ``part`` once it is free:
+    the worker it is bound to, or one offering its service. A part waiting for a worker
+    name or for a service's first worker (target ``all``) has none."""
+    if part.bound is not None:
+        return True
+    if part.name is not None or part.placeholder:
+        return False
+    ref = part.job.request.service
+    return any(workers[peer].offers(ref) for peer in providers.get(ref.name, ()))
 
 
 def worker_infos(

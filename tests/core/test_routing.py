@@ -548,6 +548,33 @@ def test_queue_expiry_408() -> None:
     assert reg(r, W1, 1_200) == []
 
 
+def test_a_request_waiting_for_a_busy_worker_does_not_expire_until_no_worker_offers_it() -> None:
+    # The expiry is for requests with no worker: one queued behind a long job of a
+    # worker that offers its service waits on (NorFab's broker hands the worker every
+    # job at once, and its client waits for its own timeout).
+    r = Router(attrs.evolve(CFG, liveness={"memodb": (60_000, 3)}))
+    reg(r, W1)
+    first, _ = submit(r, req(), 0)
+    second, _ = submit(r, req(), 100)
+    assert r.tick(1_100) == []  # W1 is busy, not gone: the second waits on
+    assert r.stats()["queued"] == 1 and r.stats()["expired"] == 0
+    assert r.next_deadline() == 2_100  # its clock restarted when it was found waiting
+    assert dispatched(answer(r, W1, first, 1_500)) == [(W1, second)]
+    assert r.stats()["expired"] == 0
+
+
+def test_a_request_whose_workers_all_left_expires_one_expiry_after_it_was_last_seen_served() -> None:
+    r = Router(attrs.evolve(CFG, liveness={"memodb": (60_000, 3)}))
+    reg(r, W1)
+    submit(r, req(), 0)
+    second, _ = submit(r, req(), 100)
+    assert r.tick(1_100) == []
+    r.handle(Unregister(peer=W1, reason="gone"), 1_200)  # the first goes back in the queue too
+    out = r.tick(2_100)
+    (d,) = [d for d in of(out, Deliver) if d.reply.id == second]
+    assert d.reply.status == 408 and d.final
+
+
 def test_request_timeout_504_after_retries() -> None:
     r = Router(RouterConfig(max_redispatch=1, liveness={"memodb": (10_000, 3)}))
     reg(r, W1)
