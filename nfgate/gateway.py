@@ -101,6 +101,11 @@ class Gateway:
             for sock in edge.sockets():
                 self._poller.register(sock, zmq.POLLIN)
                 self._by_socket[sock] = edge
+        self._side: dict[zmq.Socket[bytes], tuple[Edge, Callable[[int], list[Command]]]] = {}
+        for edge in edges:
+            for sock, handler in edge.side_inputs():
+                self._poller.register(sock, zmq.POLLIN)
+                self._side[sock] = (edge, handler)
         # End of an iteration, in two phases: every edge's queued sends, then the commits.
         # The first phase also runs after every SEND_EVERY messages read.
         self._senders: list[tuple[Edge, Callable[[int], None]]] = [(edge, edge.flush_sends) for edge in edges]
@@ -188,9 +193,13 @@ class Gateway:
         ready = self._poller.poll(wait)
         now = self._clock()
         read: list[Edge] = []
+        if self._side:
+            self._side_inputs(ready, now)
         for sock, _ in ready:
             if sock == self._wake_fd:
                 self._drain_wake_fd()
+                continue
+            if sock in self._side:
                 continue
             edge = self._by_socket[sock]
             if edge not in read:  # an edge with two sockets (MemoDB: requests, closed connections) reads once
@@ -220,6 +229,23 @@ class Gateway:
         self.iterations += 1
 
     # ----------------------------------------------------------------- plumbing
+
+    def _side_inputs(self, ready: Sequence[tuple[object, int]], now: int) -> None:
+        """Handle the ready side inputs (connections closed) before any message of the
+        iteration is read: a message from a new connection that reuses a closed one's
+        file descriptor must not be taken for the old connection's."""
+        for sock, _ in ready:
+            side = self._side.get(sock)  # type: ignore[call-overload]
+            if side is None:
+                continue
+            edge, handler = side
+            try:
+                commands = handler(now)
+            except Exception:
+                self._bug(edge, "handling closed connections")
+                continue
+            if commands:
+                self.feed(commands, now)
 
     def _read(self, edge: Edge, now: int) -> bool:
         """Up to BATCH of ``edge``'s waiting messages, SEND_EVERY at a time, each chunk's

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import struct
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -37,6 +38,10 @@ __all__ = ["Limits", "RouterEndpoint", "connect_dealer", "identity_label"]
 log = logging.getLogger("nfgate.transports.zmq")
 
 _NOBLOCK = int(zmq.NOBLOCK)
+_SRCFD = int(zmq.SRCFD)
+_DISCONNECTED = int(zmq.EVENT_DISCONNECTED)
+_EVENT = struct.Struct("=HI")  # a monitor event's first frame: event id, value (the fd)
+MAX_EVENTS = 10_000  # monitor events read per call: bounded, the rest wait for the next
 _MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 _BaseSocket = zmq.backend.Socket
 
@@ -86,6 +91,8 @@ class RouterEndpoint:
         self.oversized = 0  # messages dropped for having more than max_frames frames
         self.too_large = 0  # messages dropped for adding up to more than max_message_bytes
         self.unroutable = 0  # replies to peers that are gone
+        self.monitor: zmq.Socket[bytes] | None = None  # see watch_connections()
+        self._last: zmq.Frame | None = None  # the identity part of the last message read
         sock = context.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         # Without ROUTER_MANDATORY a reply to a vanished peer is dropped silently; with
@@ -129,6 +136,7 @@ class RouterEndpoint:
             frame = recv(_NOBLOCK, copy=False)
         except zmq.Again:
             return None
+        self._last = frame
         parts = [frame.bytes]
         left = self.limits.max_message_bytes
         room = self.limits.max_frames + 1  # the identity and max_frames frames
@@ -173,6 +181,40 @@ class RouterEndpoint:
             self.tap("out", identity_label(identity), frames)
         return True
 
+    def watch_connections(self) -> zmq.Socket[bytes]:
+        """Start watching for peers' connections closing; returns the socket (a libzmq
+        monitor) that becomes readable when one did, for the caller's poller. Read it
+        with :meth:`closed_connections`; :meth:`source_fd` says which connection the
+        last message came by."""
+        if self.monitor is None:
+            self.monitor = self.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        return self.monitor
+
+    def closed_connections(self) -> list[int]:
+        """The file descriptors of the connections closed since the last call: a peer
+        that went away, or one libzmq dropped (a frame over ZMQ_MAXMSGSIZE, a protocol
+        error). Reads without waiting; empty when not watching."""
+        fds: list[int] = []
+        monitor = self.monitor
+        if monitor is None:
+            return fds
+        for _ in range(MAX_EVENTS):
+            try:
+                head, *_ = monitor.recv_multipart(_NOBLOCK)
+            except zmq.Again:
+                break
+            if len(head) == _EVENT.size:
+                event, fd = _EVENT.unpack(head)
+                if event == _DISCONNECTED:
+                    fds.append(fd)
+        return fds
+
+    def source_fd(self) -> int:
+        """The file descriptor of the connection the last message read came by (-1 when
+        none was read). With :meth:`closed_connections`, how an edge learns that a
+        registered peer's connection closed, at once rather than heartbeats later."""
+        return -1 if self._last is None else int(self._last.get(_SRCFD))
+
     @property
     def receive_failures(self) -> int:
         """Messages read and dropped here (:attr:`oversized`, :attr:`too_large`)."""
@@ -184,6 +226,9 @@ class RouterEndpoint:
         return self.unroutable
 
     def close(self) -> None:
+        if self.monitor is not None:
+            self.socket.disable_monitor()
+            self.monitor.close(0)
         self.socket.close(0)
 
 

@@ -84,7 +84,24 @@ class MemoryTransport:
         sent, self.outbox = self.outbox, []
         return sent
 
+    monitor: zmq.Socket[bytes] | None = None
+
+    def watch_connections(self) -> zmq.Socket[bytes]:
+        """A socket for the poller that never becomes readable: no connection of the
+        memory transport closes (the real one's monitor, polled the same way)."""
+        if self.monitor is None:
+            self.monitor = self.socket.context.socket(zmq.PAIR)
+        return self.monitor
+
+    def closed_connections(self) -> list[int]:
+        return []
+
+    def source_fd(self) -> int:
+        return -1
+
     def close(self) -> None:
+        if self.monitor is not None:
+            self.monitor.close(0)
         self.socket.close(0)
 
 

@@ -146,7 +146,8 @@ class Edge(abc.ABC):
     protocol: str = ""
     # Every event name the edge counts: its counters start at 0, so each is exported from
     # the start (a Prometheus counter that first appears at 1 hides that first increase).
-    EVENTS: ClassVar[tuple[str, ...]] = ("internal_errors", "undecodable", "unroutable")
+    # connections_closed: workers' connections seen closing (RouterEdge.watches_connections).
+    EVENTS: ClassVar[tuple[str, ...]] = ("connections_closed", "internal_errors", "undecodable", "unroutable")
     drained: bool = False
     """Set by :meth:`receive` when it stopped because nothing more was waiting, not
     because its budget ran out: the gateway then reads no further chunk from this edge
@@ -184,6 +185,13 @@ class Edge(abc.ABC):
     def sockets(self) -> Sequence[zmq.Socket[bytes] | int]:
         """Sockets (or file descriptors, e.g. pynng's ``recv_fd`` or a UDP socket) the
         gateway polls for input on this edge's behalf."""
+
+    def side_inputs(self) -> Sequence[tuple[zmq.Socket[bytes], Callable[[int], list[Command]]]]:
+        """Sockets the gateway polls besides :meth:`sockets`, each with what to call
+        (with the time, in ms) when it is readable: the commands it returns go to the
+        core before any of the iteration's messages are read (a connection's end
+        before what a new connection on the same file descriptor sent)."""
+        return ()
 
     def peer(self, address: bytes, sub: bytes = b"") -> Peer:
         """The :class:`Peer` for a transport address (cached: built once per peer, not
@@ -363,6 +371,11 @@ class RouterEdge(Edge, Decoding):
     # their own transport without RouterEdge.__init__ still have them.
     _outgoing: list[tuple[bytes, list[bytes]]] | tuple[()] = ()
     _unreachable: list[bytes] | tuple[()] = ()
+    # Edges whose workers are removed as soon as their connection closes (a process
+    # that died, a connection libzmq dropped for a frame over ZMQ_MAXMSGSIZE), rather
+    # than liveness intervals later: the worker's DEALER reconnects on its own, so
+    # without this the gateway would take a worker that lost a reply for alive.
+    watches_connections: ClassVar[bool] = False
 
     def __init__(self, settings: EdgeSettings) -> None:
         super().__init__(settings)
@@ -382,6 +395,50 @@ class RouterEdge(Edge, Decoding):
 
     def sockets(self) -> Sequence[zmq.Socket[bytes] | int]:
         return (self.transport.socket,)
+
+    def side_inputs(self) -> Sequence[tuple[zmq.Socket[bytes], Callable[[int], list[Command]]]]:
+        if not self.watches_connections:
+            return ()
+        self._fd_of: dict[bytes, int] = {}  # a worker's address -> its connection's fd
+        self._by_fd: dict[int, bytes] = {}
+        return ((self.transport.watch_connections(), self._connections_closed),)
+
+    def note_connection(self, address: bytes) -> None:
+        """Remember which connection the worker at ``address`` sent its last message by
+        (call it while handling that message: its registration and heartbeats)."""
+        if self.transport.monitor is None:  # not watching (no gateway polls the monitor)
+            return
+        fd = self.transport.source_fd()
+        old = self._fd_of.get(address)
+        if old != fd:
+            if old is not None and self._by_fd.get(old) == address:
+                del self._by_fd[old]
+            self._fd_of[address] = fd
+            self._by_fd[fd] = address
+
+    def forget_connection(self, address: bytes) -> None:
+        """Stop watching the connection of ``address`` (a worker forgotten)."""
+        if self.transport.monitor is None:
+            return
+        fd = self._fd_of.pop(address, None)
+        if fd is not None and self._by_fd.get(fd) == address:
+            del self._by_fd[fd]
+
+    def _connections_closed(self, now_ms: int) -> list[Command]:
+        commands: list[Command] = []
+        for fd in self.transport.closed_connections():
+            address = self._by_fd.pop(fd, None)
+            if address is None or self._fd_of.get(address) != fd:
+                continue  # a client's, or a worker's older connection
+            del self._fd_of[address]
+            self.counters["connections_closed"] += 1
+            commands.extend(self.connection_closed(address))
+        return commands
+
+    def connection_closed(self, address: bytes) -> list[Command]:
+        """The connection of the worker at ``address`` closed: forget it and return the
+        commands that tell the core (an ``Unregister``)."""
+        return []
 
     def wires(self) -> Sequence[WireCounts]:
         return (self.transport,)

@@ -76,6 +76,7 @@ class _Worker:
 
 class DcpEdge(RouterEdge):
     protocol = "dcp"
+    watches_connections = True
     EVENTS = (
         *RouterEdge.EVENTS,
         "client_errors_unsent",
@@ -139,6 +140,7 @@ class DcpEdge(RouterEdge):
             case Action.HEARTBEAT, _:
                 sent = self.send(address, self._pong[dialect])
                 if worker is not None:
+                    self.note_connection(address)
                     worker.beats_heard += 1
                     if sent:
                         worker.beats_sent += 1
@@ -148,6 +150,7 @@ class DcpEdge(RouterEdge):
                     out.append(Unregister(peer=peer, reason="registered again for another service"))
                 if worker is None or worker.service != message.service:
                     self._workers[address] = _Worker(message.service)
+                self.note_connection(address)
                 # "the broker will confirm it by responding with the same message"
                 self.send(address, wire.encode(message, dialect))
                 service = ServiceRef(name=service_text(message.service))
@@ -236,7 +239,7 @@ class DcpEdge(RouterEdge):
             worker = self._workers.get(output.worker.address)
             if worker is not None:
                 if isinstance(output, Evict):
-                    del self._workers[output.worker.address]
+                    self._drop_worker(output.worker.address)
                 else:
                     worker.held.pop(output.request.id, None)
         elif not isinstance(output, Accepted):
@@ -303,8 +306,19 @@ class DcpEdge(RouterEdge):
         # A dispatch to a worker that is gone: forget it, and tell the core at the next
         # tick (one loop iteration later), which dispatches the request again.
         for address in self.send_queued():
-            if self._workers.pop(address, None) is not None:
+            if self._drop_worker(address):
                 self._late.append(Unregister(peer=self.peer(address), reason="socket gone"))
+
+    def _drop_worker(self, address: bytes) -> bool:
+        """Forget the worker at ``address``; False if it was not one."""
+        self.forget_connection(address)
+        return self._workers.pop(address, None) is not None
+
+    def connection_closed(self, address: bytes) -> list[Command]:
+        # A worker still running reconnects on its own and gets RECONNECT at its next PING.
+        if not self._drop_worker(address):
+            return []
+        return [Unregister(peer=self.peer(address), reason="its connection closed")]
 
     def tick(self, now_ms: int) -> list[Command]:
         late, self._late = self._late, []

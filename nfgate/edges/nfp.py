@@ -88,6 +88,7 @@ class _Peer:
 
 class NfpEdge(RouterEdge):
     protocol = "nfp"
+    watches_connections = True
     EVENTS = (
         *RouterEdge.EVENTS,
         "accepted_unknown",
@@ -109,6 +110,7 @@ class NfpEdge(RouterEdge):
         "unencodable",
         "unexpected",
         "unexpected_output",
+        "unknown_broker_service",
         "unknown_result",
     )
     wire: ClassVar[WireCodec] = wire
@@ -243,6 +245,7 @@ class NfpEdge(RouterEdge):
                 p.service = message.service
                 p.beats_sent = p.beats_heard = 0
                 self._workers[address] = p
+                self.note_connection(address)
                 out.append(
                     Register(
                         peer=peer,
@@ -253,6 +256,7 @@ class NfpEdge(RouterEdge):
                 )
             case Action.HEARTBEAT, _:
                 p.beats_heard += 1
+                self.note_connection(address)
                 out.append(Heartbeat(peer=peer))
             case Action.RESULT, Response() | Event() | Stream():
                 reply = self._result(address, p, message, dialect)
@@ -278,10 +282,20 @@ class NfpEdge(RouterEdge):
                 self.bad_input(peer, "unexpected", f"{message.TYPE} from a {p.state.value} peer")
 
     def _forget_worker(self, address: bytes, p: _Peer) -> None:
+        self.forget_connection(address)
         self._workers.pop(address, None)
         p.state = PeerState.NEW
         p.held.clear()
         p.asked.clear()
+
+    def connection_closed(self, address: bytes) -> list[Command]:
+        p = self._workers.get(address)
+        if p is None:
+            return []
+        self._forget_worker(address, p)
+        # A worker that is still running reconnects on its own (its DEALER does) and
+        # is told DISCONNECT at its next message, after which it registers again.
+        return [Unregister(peer=self.peer(address), reason="its connection closed")]
 
     def _disconnect(self, address: bytes, p: _Peer, reason: str) -> None:
         body = None if p.dialect == "norfab" else reason.encode()

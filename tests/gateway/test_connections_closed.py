@@ -1,0 +1,142 @@
+"""A worker whose connection closes is removed at once, its requests dispatched again
+(the issue: "a worker ... whose socket goes is removed"), not liveness intervals later:
+its DEALER would reconnect on its own and pass for alive. The connection also closes
+when libzmq drops it for a frame over ``max_message_bytes`` (ZMQ_MAXMSGSIZE), which
+took a reply with it: the request went on waiting for a worker that had answered."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import zmq
+
+from nfgate.codecs import dcp, nfp
+from nfgate.codecs.dcp.messages import Registration
+from nfgate.codecs.dcp.messages import Reply as DcpReply
+from nfgate.codecs.dcp.messages import Request as DcpRequest
+from nfgate.codecs.nfp.messages import CLIENT, WORKER, Keepalive, Open, Post, Ready, Response
+
+from .conftest import Running, recv, running_on, until
+
+pytestmark = pytest.mark.timeout(30)
+
+# Heartbeats a minute apart: liveness cannot be what removes a worker in these tests.
+SLOW_BEATS = """
+[edges.nfp]
+heartbeat_ms = 60000
+[edges.dcp]
+heartbeat_ms = 60000
+"""
+
+
+def nfp_worker(gw: Running, identity: bytes) -> zmq.Socket[bytes]:
+    sock = gw.dealer("nfp", identity)
+    sock.send_multipart(nfp.encode(Open(header=WORKER)))
+    recv(sock)  # OPEN
+    sock.send_multipart(nfp.encode(Ready(service="svc")))
+    until(lambda: any(w.peer.address == identity for w in gw.gateway.router.workers()))
+    return sock
+
+
+def next_post(sock: zmq.Socket[bytes]) -> Post:
+    for _ in range(10):
+        message = nfp.decode(recv(sock), "spec")
+        if isinstance(message, Post):
+            return message
+    pytest.fail("no POST")
+
+
+def final_status(client: zmq.Socket[bytes]) -> int:
+    for _ in range(10):
+        message = nfp.decode(recv(client), "spec")
+        if isinstance(message, Response) and message.status != 202:
+            return message.status
+    pytest.fail("no final RESPONSE")
+
+
+def post(client: zmq.Socket[bytes]) -> None:
+    client.send_multipart(
+        nfp.encode(Post(header=CLIENT, service="svc", target="any", uuid="u1", body=(b"x",)))
+    )
+
+
+def answer(worker: zmq.Socket[bytes], job: Post, body: bytes) -> None:
+    message = Response(header=WORKER, service="svc", uuid=job.uuid, status=200, body=(body,))
+    worker.send_multipart(nfp.encode(message))
+
+
+def test_a_worker_whose_connection_closes_has_its_job_dispatched_again_at_once(tmp_path: Path) -> None:
+    with running_on(tmp_path, SLOW_BEATS) as gw:
+        first = nfp_worker(gw, b"w1")
+        client = gw.dealer("nfp", b"c1")
+        post(client)
+        next_post(first)
+        second = nfp_worker(gw, b"w2")
+        started = time.monotonic()
+        first.close(0)  # the worker process dies: its TCP connection closes
+        job = next_post(second)
+        assert time.monotonic() - started < 5  # not the minute a heartbeat would take
+        answer(second, job, b"done")
+        assert final_status(client) == 200
+        assert gw.gateway.edges["nfp"].counters["connections_closed"] == 1
+        assert [w.name for w in gw.gateway.router.workers()] == ["w2"]
+
+
+def test_a_reply_over_the_byte_limit_sends_the_job_to_another_worker(tmp_path: Path) -> None:
+    # libzmq drops the connection of a peer sending a frame over ZMQ_MAXMSGSIZE, and the
+    # frame with it: the job must not wait for ever on a worker that has answered.
+    with running_on(tmp_path, SLOW_BEATS + "[limits]\nmax_message_bytes = 65536\n") as gw:
+        big = nfp_worker(gw, b"w1")
+        client = gw.dealer("nfp", b"c1")
+        post(client)
+        answer(big, next_post(big), b"x" * 100_000)
+        second = nfp_worker(gw, b"w2")
+        answer(second, next_post(second), b"small")
+        assert final_status(client) == 200
+        # The first worker's DEALER reconnected by itself; its next message finds it
+        # unknown, and it is told so (DISCONNECT), after which it may register again.
+        big.send_multipart(nfp.encode(Keepalive(header=WORKER, service="svc")))
+        told = nfp.decode(recv(big), "spec")
+        assert type(told).__name__ == "Disconnect"
+
+
+def test_a_clients_connection_closing_touches_no_worker(tmp_path: Path) -> None:
+    with running_on(tmp_path, SLOW_BEATS) as gw:
+        worker = nfp_worker(gw, b"w1")
+        client = gw.dealer("nfp", b"c1")
+        post(client)
+        job = next_post(worker)
+        client.close(0)
+        time.sleep(0.3)
+        assert [w.name for w in gw.gateway.router.workers()] == ["w1"]
+        answer(worker, job, b"done")  # the job ends as usual; its result is kept for a GET
+        until(lambda: gw.gateway.router.workers()[0].in_flight == 0)
+        assert gw.gateway.edges["nfp"].counters["connections_closed"] == 0
+
+
+def test_a_dcp_worker_whose_connection_closes_has_its_request_dispatched_again(tmp_path: Path) -> None:
+    with running_on(tmp_path, SLOW_BEATS) as gw:
+        workers = []
+        for identity in (b"d1", b"d2"):
+            sock = gw.dealer("dcp", identity)
+            sock.send_multipart(dcp.encode(Registration(service=b"svc")))
+            recv(sock)  # the echo that confirms it
+            workers.append(sock)
+        client = gw.dealer("dcp", b"c1")
+        client.send_multipart(dcp.encode(DcpRequest(service=b"svc", metadata=(b"k",), data=(b"x",))))
+        got = [s for s in workers if s.poll(3000)]
+        assert len(got) == 1
+        holder = got[0]
+        request = dcp.decode(recv(holder), "spec")
+        other = workers[1 - workers.index(holder)]
+        holder.close(0)
+        again = dcp.decode(recv(other), "spec")
+        assert isinstance(request, DcpRequest) and isinstance(again, DcpRequest)
+        assert again.data == (b"x",) and again.metadata == (b"k",)
+        reply = DcpReply(client=again.client, metadata=again.metadata, data=(b"y",))
+        other.send_multipart(dcp.encode(reply))
+        answered = dcp.decode(recv(client), "spec")
+        assert isinstance(answered, DcpReply) and answered.data == (b"y",)
+        assert gw.gateway.edges["dcp"].counters["connections_closed"] == 1
