@@ -29,8 +29,10 @@ result is "no inventory" (``null``), as in NorFab.
 Differences from NorFab: referenced files are read once, by :func:`load_inventory`
 (NorFab re-reads them on every request), so a missing or broken file is a start-up
 :class:`~nfgate.errors.ConfigError` rather than a failed request; files may be TOML as
-well as YAML; they are not rendered as Jinja2 templates. Dates and times from YAML/TOML
-become ISO 8601 strings so every answer is plain JSON.
+well as YAML. YAML files are Jinja2 templates, as NorFab renders them, with the
+environment as ``env`` (``home: '{{ env.HOME }}'``, ``{% for %}`` loops), rendered once
+at start-up; TOML files are not templates. Dates and times from YAML/TOML become ISO
+8601 strings so every answer is plain JSON.
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ from __future__ import annotations
 import copy
 import datetime
 import fnmatch
+import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
+import jinja2
 import yaml  # type: ignore[import-untyped]
 
 from nfgate.brokersvc import RequestError, param, unsupported
@@ -180,20 +184,35 @@ def get_inventory(inv: Inventory, name: object) -> tuple[int, Any]:
     return Status.OK, inv.lookup(name)
 
 
-def handle(task: str, kwargs: Mapping[str, Any], args: Sequence[Any], inv: Inventory) -> tuple[int, Any]:
+def handle(
+    task: str, kwargs: Mapping[str, Any], args: Sequence[Any], inv: Inventory | None
+) -> tuple[int, Any]:
     """Answer a ``sid.service.broker`` request: task ``get_inventory`` (kwarg ``name``, or
-    the first positional argument). Unknown task: 200 ``"Unsupported task '<task>'"``, as
-    NorFab. A missing or non-string ``name``: 400 (NorFab sends no reply at all)."""
+    the first positional argument; ``null`` for every worker when no inventory is
+    configured). Unknown task: 200 ``"Unsupported task '<task>'"``, as NorFab. A missing
+    or non-string ``name``: 400 (NorFab sends no reply at all)."""
     if task != "get_inventory":
         return unsupported(task)
     try:
         name = param(task, kwargs, args, "name", str, position=0)
     except RequestError as exc:
         return exc.status, exc.message
-    return get_inventory(inv, name)
+    return (200, None) if inv is None else get_inventory(inv, name)
 
 
 # ---------------------------------------------------------------------------- reading
+
+
+def _render(text: str, prefix: str) -> str:
+    """``text`` rendered as NorFab renders an inventory file: a Jinja2 template whose
+    context is ``env`` (the process environment). Raises ConfigError (one line, with the
+    template's line number) when it does not render."""
+    try:
+        return jinja2.Environment(autoescape=False).from_string(text).render(env=dict(os.environ))
+    except jinja2.TemplateError as exc:
+        line = getattr(exc, "lineno", None)
+        where = f" (line {line})" if line else ""
+        raise ConfigError(f"{prefix}: invalid Jinja2 template{where}: {exc.message or exc}") from None
 
 
 def _read_mapping(path: Path, *, what: str) -> dict[str, Any]:
@@ -215,6 +234,8 @@ def _read_mapping(path: Path, *, what: str) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{prefix}: cannot read: {_reason(exc)}") from None
     data: Any
+    if suffix != ".toml":
+        text = _render(text, prefix)
     if suffix == ".toml":
         try:
             data = tomllib.loads(text)

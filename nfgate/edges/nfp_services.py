@@ -117,10 +117,7 @@ class NfpServices:
                 result = mmi.handle(task, kwargs, args, self.view())
                 status, value, action = result.status, result.value, result.action
             elif service == SID:
-                if self._options.inventory is None:
-                    status, value = Status.OK, None
-                else:
-                    status, value = sid.handle(task, kwargs, args, self._options.inventory)
+                status, value = sid.handle(task, kwargs, args, self._options.inventory)
             elif service != FSS:
                 # NorFab's broker drops an MMI for any other service, and its client waits
                 # out its timeout; an answer at once is kinder, and no other service may

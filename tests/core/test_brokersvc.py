@@ -280,6 +280,9 @@ def test_simple_yaml_inventory(tmp_path: Path) -> None:
     assert status == 400 and "name" in value
     assert sid.handle("get_inventory", {"name": 3}, [], inv)[0] == 400
     assert sid.handle("list", {}, [], inv) == (200, "Unsupported task 'list'")
+    # With no inventory configured: null for any worker, and still NorFab's word for a task.
+    assert sid.handle("get_inventory", {"name": "w1"}, [], None) == (200, None)
+    assert sid.handle("list", {}, [], None) == (200, "Unsupported task 'list'")
 
 
 NORFAB_FORM = """\
@@ -346,6 +349,42 @@ def test_toml_inventory(tmp_path: Path) -> None:
     assert sid.get_inventory(inv, "w1") == (200, {"service": "echosvc"})
     assert sid.get_inventory(inv, "fs-1") == (200, {"base_dir": "/srv"})
     assert inv.patterns() == ("w1", "fs-*")
+
+
+JINJA = """\
+workers:
+  w1:
+    home: '{{ env.NFGATE_TEST_HOME }}'
+    hosts:
+{%- for i in range(2) %}
+      r{{ i }}: {platform: ios}
+{%- endfor %}
+"""
+
+
+def test_yaml_inventory_files_are_jinja2_templates_as_in_norfab(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NFGATE_TEST_HOME", "/home/nf")
+    write(tmp_path / "w1.yaml", "{% if env.NFGATE_TEST_HOME %}extra: yes{% endif %}\n")
+    path = write(tmp_path / "inv.yaml", JINJA + "  w2: [w1.yaml]\n")
+    inv = sid.load_inventory(path)
+    assert sid.get_inventory(inv, "w1")[1] == {
+        "home": "/home/nf",
+        "hosts": {"r0": {"platform": "ios"}, "r1": {"platform": "ios"}},
+    }
+    assert sid.get_inventory(inv, "w2")[1] == {"extra": True}
+    norfab_inventory = pytest.importorskip("norfab.core.inventory")
+    theirs = norfab_inventory.WorkersInventory(str(tmp_path), {"w2": ["w1.yaml"]})
+    assert sid.get_inventory(inv, "w2")[1] == theirs["w2"]
+
+
+def test_a_template_that_does_not_render_is_one_line_naming_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path / "inv.yaml", "workers:\n  w1: {a: 1}\n{% for x in %}\n")
+    with pytest.raises(ConfigError) as info:
+        sid.load_inventory(path)
+    message = str(info.value)
+    assert "inv.yaml" in message and "Jinja2" in message and "line 3" in message and "\n" not in message
 
 
 def test_answers_are_copies(tmp_path: Path) -> None:
