@@ -51,8 +51,10 @@ def monotonic_ms() -> int:
 
 
 class LogRing(logging.Handler):
-    """The last ``size`` log records as NorFab's JSONL records (``ts``, ``level``,
-    ``logger``, ``message``), for ``mmi.service.broker``'s ``get_logs``."""
+    """The last ``size`` log records as NorFab's JSONL records (the fields of NorFab's
+    ``NorFabJsonFormatter``: ``ts``, ``level``, ``logger``, ``message``, ``pid``,
+    ``processName``, ``threadName``, ``role``, ``name``, ``module``, ``function``,
+    ``line``, ``filename``), for ``mmi.service.broker``'s ``get_logs``."""
 
     def __init__(self, size: int = 1000) -> None:
         super().__init__(logging.DEBUG)
@@ -60,8 +62,22 @@ class LogRing(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         ts = datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(timespec="milliseconds")
-        line = {"ts": ts, "level": record.levelname, "logger": record.name, "message": record.getMessage()}
-        self.lines.append(json.dumps(line))
+        line = {
+            "ts": ts,
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "pid": record.process,
+            "processName": record.processName,
+            "threadName": record.threadName,
+            "role": "broker",
+            "name": "nfgate",
+            "module": record.module,
+            "function": record.funcName,
+            "line": record.lineno,
+            "filename": record.filename,
+        }
+        self.lines.append(json.dumps(line, ensure_ascii=False))
 
 
 def _describe(change: WorkerChange) -> str:

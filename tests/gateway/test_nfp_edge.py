@@ -4,6 +4,7 @@ docs/protocols/norfab-wire.md)."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import uuid as uuidlib
 from pathlib import Path
@@ -526,6 +527,10 @@ def test_mmi_get_logs_returns_recent_gateway_records(gw: Running) -> None:
     assert status == 200
     assert any("restart asked for by" in r["message"] for r in records), records  # type: ignore[union-attr]
     assert all(r["level"] == "WARNING" for r in records)  # type: ignore[union-attr]
+    # The fields of NorFab's own JSON log records (nfcli's "show logs" prints them).
+    fields = {"ts", "pid", "processName", "threadName", "module", "function", "line", "filename"}
+    assert all(fields <= set(r) for r in records)  # type: ignore[union-attr]
+    assert records[-1]["pid"] == os.getpid()  # type: ignore[index]
 
 
 def test_mmi_disconnect_without_name_disconnects_every_worker(gw: Running) -> None:
