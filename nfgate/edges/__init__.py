@@ -401,6 +401,8 @@ class RouterEdge(Edge, Decoding):
             return ()
         self._fd_of: dict[bytes, int] = {}  # a worker's address -> its connection's fd
         self._by_fd: dict[int, bytes] = {}
+        self._reused: dict[int, int] = {}  # fd -> closings still to come of its older connections
+        self._gone: list[bytes] = []  # workers found gone by their fd's reuse
         return ((self.transport.watch_connections(), self._connections_closed),)
 
     def note_connection(self, address: bytes) -> None:
@@ -410,11 +412,21 @@ class RouterEdge(Edge, Decoding):
             return
         fd = self.transport.source_fd()
         old = self._fd_of.get(address)
-        if old != fd:
-            if old is not None and self._by_fd.get(old) == address:
-                del self._by_fd[old]
-            self._fd_of[address] = fd
-            self._by_fd[fd] = address
+        if old == fd:
+            return
+        holder = self._by_fd.get(fd)
+        if holder is not None and holder != address:
+            # The fd is another worker's, whose connection closed and whose closing is
+            # still to be read (the loop reads those first, but a connection can close
+            # and its fd be reused while a batch is being read): that worker is gone,
+            # and that closing is not this connection's.
+            self._reused[fd] = self._reused.get(fd, 0) + 1
+            del self._fd_of[holder]
+            self._gone.append(holder)
+        if old is not None and self._by_fd.get(old) == address:
+            del self._by_fd[old]
+        self._fd_of[address] = fd
+        self._by_fd[fd] = address
 
     def forget_connection(self, address: bytes) -> None:
         """Stop watching the connection of ``address`` (a worker forgotten)."""
@@ -425,12 +437,19 @@ class RouterEdge(Edge, Decoding):
             del self._by_fd[fd]
 
     def _connections_closed(self, now_ms: int) -> list[Command]:
-        commands: list[Command] = []
+        gone, self._gone = self._gone, []
         for fd in self.transport.closed_connections():
+            if self._reused.get(fd):
+                self._reused[fd] -= 1  # an older connection's closing: the fd is in use again
+                if not self._reused[fd]:
+                    del self._reused[fd]
+                continue
             address = self._by_fd.pop(fd, None)
-            if address is None or self._fd_of.get(address) != fd:
-                continue  # a client's, or a worker's older connection
-            del self._fd_of[address]
+            if address is not None and self._fd_of.get(address) == fd:  # else a client's
+                del self._fd_of[address]
+                gone.append(address)
+        commands: list[Command] = []
+        for address in gone:
             self.counters["connections_closed"] += 1
             commands.extend(self.connection_closed(address))
         return commands

@@ -140,3 +140,55 @@ def test_a_dcp_worker_whose_connection_closes_has_its_request_dispatched_again(t
         answered = dcp.decode(recv(client), "spec")
         assert isinstance(answered, DcpReply) and answered.data == (b"y",)
         assert gw.gateway.edges["dcp"].counters["connections_closed"] == 1
+
+
+class _Connections:
+    """Stands in for the transport's connection watch: the fd of the message being
+    handled, and the closings the monitor has to tell."""
+
+    monitor = object()
+
+    def __init__(self) -> None:
+        self.fd = -1
+        self.closed: list[int] = []
+
+    def watch_connections(self) -> object:
+        return self.monitor
+
+    def source_fd(self) -> int:
+        return self.fd
+
+    def closed_connections(self) -> list[int]:
+        closed, self.closed = self.closed, []
+        return closed
+
+
+def test_a_closing_read_after_its_fd_was_reused_is_not_taken_for_the_new_connection() -> None:
+    # Worker A's connection (fd 7) closes and a new worker B connects on fd 7; B's
+    # registration is read before A's closing (both during one batch). A is gone, B is
+    # not: the closing of fd 7 is A's.
+    from nfgate.edges import EdgeSettings
+    from nfgate.edges.dcp import DcpEdge, _Worker
+    from nfgate.model import Unregister
+
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    edge = DcpEdge(EdgeSettings(name="dcp", protocol="dcp", url="tcp://127.0.0.1:0", context=context))
+    real, fake = edge.transport, _Connections()
+    try:
+        edge.transport = fake  # type: ignore[assignment]
+        edge.side_inputs()
+        for address in (b"A", b"B"):
+            fake.fd = 7
+            edge._workers[address] = _Worker(b"svc")
+            edge.note_connection(address)
+        fake.closed = [7]  # A's closing, read only now
+        (gone,) = edge._connections_closed(0)
+        assert isinstance(gone, Unregister) and gone.peer.address == b"A"
+        assert set(edge._workers) == {b"B"}
+        fake.closed = [7]  # B's own closing, later
+        (gone,) = edge._connections_closed(0)
+        assert gone.peer.address == b"B" and not edge._workers
+    finally:
+        edge.transport = real
+        edge.close()
+        context.term()
