@@ -93,20 +93,23 @@ class Codec:
     def decode(self, frames: Iterable[bytes], dialect: str | None = None) -> Message:
         """Decode one message.
 
-        ``dialect=None`` detects it from the frames. Raises :class:`DecodeError` for
-        any input that is not a valid message of that dialect, and
-        :class:`ConfigError` for a dialect name the codec does not know.
+        ``dialect=None`` (only None: ``""`` is a name like any other) detects it from
+        the frames. Raises :class:`DecodeError` for any input that is not a valid
+        message of that dialect, and :class:`ConfigError` for a dialect name the codec
+        does not know.
         """
+        if dialect is not None:
+            dialect = self._dialect(dialect)  # the caller's mistake comes first
         data = as_frames(self.name, frames)
-        return self.decoder(data, self._dialect(dialect) if dialect else self.detector(data))
+        return self.decoder(data, self.detector(data) if dialect is None else dialect)
 
     def encode(self, message: Message, dialect: str | None = None) -> list[bytes]:
-        """Encode ``message`` as frames in ``dialect`` (the spec's by default).
+        """Encode ``message`` as frames in ``dialect`` (the spec's when None).
 
         Raises :class:`nfgate.errors.EncodeError` if the message cannot be expressed in
-        that dialect, :class:`ConfigError` for an unknown dialect name.
+        that dialect, :class:`ConfigError` for an unknown dialect name (``""`` too).
         """
-        return self.encoder(message, self._dialect(dialect or self.dialects[0]))
+        return self.encoder(message, self.dialects[0] if dialect is None else self._dialect(dialect))
 
     def message_type(self, type_name: str) -> type[Message]:
         """The message class for a spec command name; raises :class:`ConfigError`."""
@@ -117,11 +120,14 @@ class Codec:
         return found
 
     def to_json(self, message: Message, dialect: str | None = None) -> dict[str, Any]:
-        """The JSON form: ``protocol``, ``dialect``, ``type``, then the fields (bytes as hex)."""
+        """The JSON form: ``protocol``, ``dialect``, ``type``, then the fields (bytes as hex).
+
+        ``dialect=None`` is the spec's; raises :class:`ConfigError` for an unknown name.
+        """
         body = _CONVERTER.unstructure(message)
         return {
             "protocol": self.name,
-            "dialect": dialect or self.dialects[0],
+            "dialect": self.dialects[0] if dialect is None else self._dialect(dialect),
             "type": message.TYPE,
             **body,
         }
@@ -215,10 +221,14 @@ def printable(protocol: str, frame: bytes, what: str) -> str:
 
 
 def ascii_int(protocol: str, frame: bytes, what: str) -> int:
-    """Parse a frame of ASCII decimal digits; raises :class:`DecodeError`."""
+    """Parse a frame of ASCII decimal digits; raises :class:`DecodeError` (also for more
+    digits than Python's ``int()`` reads, 4300 by default)."""
     if not frame or not frame.isdigit() or not frame.isascii():
         raise DecodeError(protocol, f"{what} is not ASCII decimal digits: {frame[:32]!r}")
-    return int(frame)
+    try:
+        return int(frame)
+    except ValueError:  # sys.get_int_max_str_digits(): the frame is the peer's to choose
+        raise DecodeError(protocol, f"{what} has too many digits ({len(frame)})") from None
 
 
 class FrameReader:
@@ -235,10 +245,13 @@ class FrameReader:
         self.pos = 0
 
     def error(self, reason: str) -> DecodeError:
+        """The :class:`DecodeError` for ``reason``, prefixed with :attr:`what`, for the
+        caller to raise (it does not raise it itself)."""
         return DecodeError(self.protocol, f"{self.what}: {reason}")
 
     @property
     def remaining(self) -> int:
+        """How many frames are left to read. Never raises."""
         return len(self.frames) - self.pos
 
     def take(self, name: str) -> bytes:
@@ -250,12 +263,15 @@ class FrameReader:
         return frame
 
     def take_empty(self, name: str = "empty delimiter") -> None:
+        """Consume the next frame, which must be empty; raises :class:`DecodeError` when
+        it is missing or not empty."""
         frame = self.take(name)
         if frame:
             raise self.error(f"frame {self.pos - 1} ({name}) must be empty, got {frame[:32]!r}")
 
     def take_until_empty(self, name: str) -> tuple[bytes, ...]:
-        """Frames up to (and consuming) the next empty frame; raises if there is none."""
+        """Frames up to (and consuming) the next empty frame; raises :class:`DecodeError`
+        if there is none."""
         start = self.pos
         while self.pos < len(self.frames):
             if not self.frames[self.pos]:
@@ -265,11 +281,12 @@ class FrameReader:
         raise self.error(f"{name} not terminated by an empty frame")
 
     def rest(self) -> tuple[bytes, ...]:
+        """Every frame left (possibly none), all consumed. Never raises."""
         out = tuple(self.frames[self.pos :])
         self.pos = len(self.frames)
         return out
 
     def done(self) -> None:
-        """Raise unless every frame was consumed."""
+        """Raise :class:`DecodeError` unless every frame was consumed."""
         if self.pos != len(self.frames):
             raise self.error(f"{len(self.frames) - self.pos} unexpected trailing frame(s)")

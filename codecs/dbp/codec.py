@@ -37,6 +37,7 @@ from .messages import (
     Request,
     Update,
 )
+from .session import check_registration
 
 __all__ = [
     "DIALECTS",
@@ -143,6 +144,9 @@ def encode_time(seconds: float, dialect: str = "spec") -> bytes:
         raise EncodeError(NAME, f"time {seconds!r} is too large for a float") from None
     if not math.isfinite(seconds) or seconds < 0:
         raise EncodeError(NAME, f"time must be finite and non-negative, got {seconds!r}")
+    # -0.0 passes "< 0" but float32 keeps its sign bit, which decode_time refuses: the
+    # wire has no negative zero, so write 0.0 (as the message classes fold it).
+    seconds += 0.0
     if dialect == "hermes":
         try:
             return _HERMES_TIME.pack(seconds)
@@ -325,22 +329,21 @@ def missing_required(info: Mapping[str, Any]) -> list[str]:
 def make_info(*, name: str, ip: str, port: int, function: str, heartbeat: float, **extra: Any) -> bytes:
     """Service information as compact UTF-8 JSON: the required keys first, then ``extra``.
 
-    Raises :class:`TypeError` or :class:`ValueError` for a value that is not of the
-    expected type or range (``port`` 1..65535, ``heartbeat`` finite and positive), or an
-    ``extra`` value JSON cannot hold.
+    Raises :class:`TypeError` for a value of the wrong type, :class:`ValueError` for one
+    :func:`nfgate.codecs.dbp.session.check_registration` would deny (the same rule:
+    ``name`` non-empty and printable, ``port`` 1..65535, ``heartbeat`` finite and
+    positive) or an ``extra`` value JSON cannot hold.
     """
     for key, value in (("name", name), ("ip", ip), ("function", function)):
         if not isinstance(value, str):
             raise TypeError(f"{key} must be str, got {type(value).__name__}")
-    if not name:
-        raise ValueError("name must not be empty")
     if isinstance(port, bool) or not isinstance(port, int):
         raise TypeError(f"port must be int, got {type(port).__name__}")
-    if not 0 < port < 65536:
-        raise ValueError(f"port must be 1..65535, got {port}")
     if isinstance(heartbeat, bool) or not isinstance(heartbeat, (int, float)):
         raise TypeError(f"heartbeat must be a number of seconds, got {type(heartbeat).__name__}")
-    if not (math.isfinite(heartbeat) and heartbeat > 0):
-        raise ValueError(f"heartbeat must be a positive number of seconds, got {heartbeat!r}")
     info = {"name": name, "ip": ip, "port": port, "function": function, "heartbeat": heartbeat, **extra}
+    # The catalog's own rule, so that what this makes is APPROVED (spec dialect).
+    reasons = check_registration(info, "spec", REQUIRED_KEYS)
+    if reasons:
+        raise ValueError("; ".join(reasons))
     return json.dumps(info, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")

@@ -5,6 +5,11 @@ of epoch seconds whatever the dialect writes on the wire (ASCII decimal in the s
 dialect, a float32 in Hermes's). Service information and other bodies stay the exact
 bytes that travelled: the codec never re-serialises JSON (``service_info`` in
 :mod:`.codec` parses it).
+
+Construction validates every field: a value of the wrong type raises :class:`TypeError`
+and one out of range or empty where the spec forbids it raises :class:`ValueError` (the
+attrs validators' exceptions). Decoding never lets them out: for bad frames it
+raises :class:`nfgate.errors.DecodeError` only.
 """
 
 from __future__ import annotations

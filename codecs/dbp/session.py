@@ -50,11 +50,15 @@ __all__ = [
 
 
 class PeerState(StateEnum):
+    """A DBP peer as the catalog sees it: registered as a service or not."""
+
     PEER = "peer"  # a client, or a service that has not registered (yet, or any more)
     SERVICE = "service"  # registered: APPROVED and not disconnected since
 
 
 class Action(StateEnum):
+    """What the broker does with a command from a peer (:data:`TRANSITIONS`)."""
+
     INFO = "info"  # answer the info request from the catalog (REPLY)
     REGISTER = "register"  # validate; APPROVED (and register) or DENIED with reasons
     UPDATE = "update"  # validate and merge; APPROVED (hermes: ACK) or DENIED
@@ -102,11 +106,15 @@ def step(state: PeerState, message_type: str) -> tuple[PeerState, Action]:
 
 
 class Mode(StateEnum):
+    """The path a registered service's heartbeats take (DBP/Heartbeats)."""
+
     UDP = "udp"  # beats are datagrams, both ways
     ZMQ = "zmq"  # beats are HEARTBEAT commands on the service's ZeroMQ connection
 
 
 class Beat(StateEnum):
+    """What the broker heard from a service, or the silence it noticed (:data:`BEATS`)."""
+
     UDP = "udp"  # a heartbeat datagram naming the service
     ZMQ = "zmq"  # a HEARTBEAT command from the service
     OTHER = "other"  # any other command from the service
@@ -115,6 +123,8 @@ class Beat(StateEnum):
 
 
 class BeatAction(StateEnum):
+    """What the broker does about a :class:`Beat` (:data:`BEATS`)."""
+
     TOUCH = "touch"  # the service is alive
     SWITCH = "switch"  # the broker moves this service to ZeroMQ heartbeats
     NONE = "none"
@@ -153,7 +163,8 @@ class Liveness:
     send_ms: int
 
     def on(self, beat: Beat, now_ms: int) -> tuple[Liveness, BeatAction]:
-        """Apply ``beat``; a beat or command heard moves :attr:`heard_ms` to ``now_ms``."""
+        """Apply ``beat``; a beat or command heard moves :attr:`heard_ms` to ``now_ms``.
+        Never raises (:data:`BEATS` has every mode and beat)."""
         mode, action = BEATS[(self.mode, beat)]
         heard = now_ms if action is BeatAction.TOUCH else self.heard_ms
         if action is BeatAction.SWITCH:
@@ -162,7 +173,7 @@ class Liveness:
         return attrs.evolve(self, mode=mode, heard_ms=heard), action
 
     def due(self, now_ms: int, liveness: int) -> Beat | None:
-        """The silence event due at ``now_ms`` (EXPIRED first), or None."""
+        """The silence event due at ``now_ms`` (EXPIRED first), or None. Never raises."""
         silent = now_ms - self.heard_ms
         if silent >= self.interval_ms * liveness:
             return Beat.EXPIRED
@@ -171,13 +182,18 @@ class Liveness:
         return None
 
     def deadline(self, liveness: int) -> int:
-        """The earliest time anything is due for this service: a beat to send, a miss, expiry."""
+        """The earliest time anything is due for this service: a beat to send, a miss,
+        expiry. Never raises."""
         silence = self.interval_ms * (MISSED_AFTER if self.mode is Mode.UDP else liveness)
         return min(self.send_ms, self.heard_ms + math.ceil(silence))
 
 
 def heartbeat_ms(seconds: float) -> int:
-    """A registered ``heartbeat`` (seconds) as whole milliseconds within the limits."""
+    """A registered ``heartbeat`` (seconds) as whole milliseconds within the limits.
+
+    Raises :class:`ValueError` for NaN and :class:`OverflowError` for an infinity: pass
+    a heartbeat :func:`check_registration` approved (finite and positive).
+    """
     return int(min(MAX_HEARTBEAT_MS, max(MIN_HEARTBEAT_MS, round(seconds * 1000))))
 
 
@@ -185,7 +201,11 @@ def heartbeat_ms(seconds: float) -> int:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool):
+        return False
+    # An int is finite; math.isfinite() would convert it to a float and overflow on a
+    # JSON integer of a few hundred digits, which a peer's REGISTRATION may hold.
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 def _type_reasons(info: Mapping[str, Any], keys: Sequence[str]) -> list[str]:
@@ -211,7 +231,7 @@ def check_registration(info: Mapping[str, Any], dialect: str, required: Sequence
 
     Spec dialect: every key of ``required`` present, with a usable type. Hermes dialect
     (design.md): only ``name``; its ``ip``/``port`` are checked when present (they come
-    from ``interfaces.router``).
+    from ``interfaces.router``). Never raises: what is wrong is in the reasons.
     """
     if dialect == "hermes":
         present = [key for key in ("name", "ip", "port") if key in info or key == "name"]
@@ -227,7 +247,7 @@ def apply_update(
 ) -> tuple[dict[str, Any], list[str]]:
     """``info`` with the keys of ``update`` replaced, and the reasons to deny it (the
     merged object must still pass :func:`check_registration`; ``name`` may not change:
-    a new name is a new registration)."""
+    a new name is a new registration). Never raises."""
     if "name" in update and update["name"] != info.get("name"):
         return dict(info), ["name cannot be changed by UPDATE: register again"]
     merged = {**info, **update}
@@ -254,7 +274,8 @@ def request_envelope(
 ) -> str:
     """The JSON text of the REQUEST a worker service receives: ``{"id", "service",
     "body": [frame, ...], "encoding": "utf-8"|"base64"}`` plus ``action``/``version``
-    when the client gave them. ASCII-only, so the REQUEST's printable query holds it."""
+    when the client gave them. ASCII-only, so the REQUEST's printable query holds it.
+    Never raises for the core's request ids and byte frames."""
     frames, encoding = _frames_json(body)
     envelope: dict[str, Any] = {"id": str(request_id), "service": service}
     if version is not None:
@@ -290,11 +311,17 @@ def _body_frames(value: object, encoding: str) -> tuple[bytes, ...]:
     return tuple(frames)
 
 
+# Request ids are the core's ints; 20 digits hold any 64-bit one.
+_MAX_ID_DIGITS = 20
+
+
 def parse_reply(info: bytes) -> WorkerReply | None:
     """Read a worker's REPLY body. None when it is not an envelope (not a JSON object
     naming an ``id``): the caller may then take the whole body as the answer.
 
-    An envelope with a bad ``status`` (not an int 200..599), ``encoding`` or ``body``
+    An ``id`` that is not a request number (a non-negative int, or its decimal text of
+    at most 20 significant digits) is read as none named (``request_id=None``). An
+    envelope with a bad ``status`` (not an int 200..599), ``encoding`` or ``body``
     comes back with status 500 and :attr:`WorkerReply.problem` set. Never raises.
     """
     try:
@@ -306,7 +333,10 @@ def parse_reply(info: bytes) -> WorkerReply | None:
     raw_id = obj["id"]
     request_id: int | None = None
     if isinstance(raw_id, str) and raw_id.isascii() and raw_id.isdigit():
-        request_id = int(raw_id)
+        # int() refuses text beyond 4300 digits (ValueError); ids the gateway sends are
+        # far shorter, so longer text names no request (None, like any other bad id).
+        digits = raw_id.lstrip("0") or "0"
+        request_id = int(digits) if len(digits) <= _MAX_ID_DIGITS else None
     elif isinstance(raw_id, int) and not isinstance(raw_id, bool) and raw_id >= 0:
         request_id = raw_id
     status = obj.get("status", 200)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 
-from nfgate.errors import DecodeError, EncodeError
+from nfgate.errors import ConfigError, DecodeError, EncodeError
 
 from .._base import FrameReader, Message
 from .messages import Ping, Pong, Reconnect, Registration, Reply, Request
@@ -43,7 +43,8 @@ _HEADER_ONLY = {PING: Ping, PONG: Pong, RECONNECT: Reconnect}
 
 
 def detect(frames: list[bytes]) -> str:
-    """``dagbox`` when the type part is 4 bytes, else ``spec``."""
+    """``dagbox`` when the type part is 4 bytes, else ``spec``. Never raises on a list of
+    byte strings."""
     return "dagbox" if len(frames) >= 3 and len(frames[2]) == 4 else "spec"
 
 
@@ -52,7 +53,6 @@ def _type_part(kind: int, dialect: str) -> bytes:
 
 
 _TYPE_PART = {d: {kind: _type_part(kind, d) for kind in (REQUEST, REPLY)} for d in DIALECTS}
-_SPEC = _TYPE_PART["spec"]  # what _type_part gives any name but "dagbox"
 
 
 def _read_type(reader: FrameReader, dialect: str) -> int:
@@ -133,18 +133,35 @@ def request_frames(
 ) -> list[bytes]:
     """A REQUEST's frames from its parts, without building the :class:`Request` first.
 
-    For a broker re-encoding parts it holds (already checked to be bytes by the command
-    model): it makes the checks the message's validators would, and saves building one
-    message per relayed request. Raises :class:`EncodeError`.
+    For a broker re-encoding parts it holds: it saves building one message per relayed
+    request, so it checks only what is cheap. Checked: ``service`` is bytes, ``client``
+    is None or non-empty bytes, no metadata part is empty, no data part is empty in the
+    DagBox dialect, and the dialect is known. *Not* checked: that every metadata and
+    data part is bytes (the command model already holds them as bytes); a caller with
+    parts of unknown type builds a :class:`Request` and calls :func:`encode`. Raises
+    :class:`EncodeError`, and :class:`ConfigError` for a dialect other than ``spec``
+    and ``dagbox``.
     """
-    return _routed(_TYPE_PART.get(dialect, _SPEC)[REQUEST], service, client, metadata, data, dialect)
+    if not isinstance(service, bytes):
+        raise EncodeError(NAME, f"REQUEST: the service name must be bytes, got {type(service).__name__}")
+    return _routed(_kinds(dialect)[REQUEST], service, client, metadata, data, dialect)
 
 
 def reply_frames(
     client: bytes | None, metadata: tuple[bytes, ...], data: tuple[bytes, ...], dialect: str
 ) -> list[bytes]:
-    """A REPLY's frames from its parts (see :func:`request_frames`); raises :class:`EncodeError`."""
-    return _routed(_TYPE_PART.get(dialect, _SPEC)[REPLY], None, client, metadata, data, dialect)
+    """A REPLY's frames from its parts, with the checks :func:`request_frames` makes (and
+    the same parts left unchecked). Raises :class:`EncodeError`, and
+    :class:`ConfigError` for an unknown dialect."""
+    return _routed(_kinds(dialect)[REPLY], None, client, metadata, data, dialect)
+
+
+def _kinds(dialect: str) -> dict[int, bytes]:
+    # The type-part lookup the builders make anyway doubles as the dialect check.
+    kinds = _TYPE_PART.get(dialect)
+    if kinds is None:
+        raise ConfigError(f"{NAME}: unknown dialect {dialect!r} (known: {', '.join(DIALECTS)})")
+    return kinds
 
 
 def _routed(
@@ -161,8 +178,8 @@ def _routed(
         raise EncodeError(NAME, "DagBox ends data at the first empty part; empty data parts cannot be sent")
     frames = [b"", PROTOCOL, kind] if service is None else [b"", PROTOCOL, kind, service]
     if client is not None:
-        if not client:  # empty is "absent" on the wire
-            raise EncodeError(NAME, "a client address must be non-empty")
+        if not client or not isinstance(client, bytes):  # empty is "absent" on the wire
+            raise EncodeError(NAME, "a client address must be non-empty bytes")
         frames.append(client)
     frames.append(b"")
     frames.extend(metadata)

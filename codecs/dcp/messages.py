@@ -2,6 +2,11 @@
 
 Service names and addresses are opaque bytes: the spec says a service name "MAY contain
 any character", and ZeroMQ identities are binary.
+
+Construction validates every field: a value of the wrong type raises :class:`TypeError`
+and one out of range or empty where the spec forbids it raises :class:`ValueError` (the
+attrs validators' exceptions). Decoding never lets them out: for bad frames it
+raises :class:`nfgate.errors.DecodeError` only.
 """
 
 from __future__ import annotations

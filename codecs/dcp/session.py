@@ -16,11 +16,15 @@ __all__ = ["Action", "PeerState", "TRANSITIONS", "step"]
 
 
 class PeerState(StateEnum):
+    """A DCP peer: a client until it registers a service (Connection)."""
+
     CLIENT = "client"
     WORKER = "worker"
 
 
 class Action(StateEnum):
+    """What the broker does with a message from a peer (:data:`TRANSITIONS`)."""
+
     REGISTER = "register"  # echo the REGISTRATION to confirm it, register the service
     HEARTBEAT = "heartbeat"  # answer PONG; a busy worker asks for more work this way
     RECONNECT = "reconnect"  # "heartbeat ... from a worker that is not registered": RECONNECT

@@ -5,6 +5,11 @@ Every message carries the header's ID field as ``id`` (opaque bytes: empty for c
 and for READY, the broker-assigned worker ID otherwise). JOB and RESULT carry the bytes
 after the CBOR header as ``payload``; the spec gives READY, HEARTBEAT and DISCONNECT
 "No payload", so they have none.
+
+Construction validates every field: a value of the wrong type raises :class:`TypeError`
+and one out of range or empty where the spec forbids it raises :class:`ValueError` (the
+attrs validators' exceptions). Decoding never lets them out: for bad frames it
+raises :class:`nfgate.errors.DecodeError` only.
 """
 
 from __future__ import annotations

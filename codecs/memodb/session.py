@@ -31,6 +31,8 @@ __all__ = ["Action", "WorkerState", "TRANSITIONS", "dialect_of", "input_of", "st
 
 
 class WorkerState(StateEnum):
+    """A MemoDB worker as the broker sees it (the module docstring says what each state means)."""
+
     NONE = "none"
     IDLE = "idle"
     AWAY = "away"
@@ -38,6 +40,8 @@ class WorkerState(StateEnum):
 
 
 class Action(StateEnum):
+    """What the broker does for a message or broker-side event (:data:`TRANSITIONS`)."""
+
     REGISTER = "register"  # READY: assign an ID, register the services, hold the request
     SUBMIT = "submit"  # a client's JOB for the core; its RESULT goes on the same context
     HOLD = "hold"  # hold the worker's request until a job or the heartbeat interval
@@ -95,7 +99,8 @@ TRANSITIONS: Final[dict[tuple[WorkerState, str], tuple[WorkerState, Action]]] = 
 
 
 def input_of(message: Message) -> str:
-    """The table input for a decoded message (a RESULT's true flag is its own input)."""
+    """The table input for a decoded message (a RESULT's true flag is its own input).
+    Never raises."""
     if isinstance(message, Result) and message.disconnecting:
         return "RESULT_DISCONNECTING"
     return message.TYPE
@@ -109,5 +114,5 @@ def step(state: WorkerState, event: str) -> tuple[WorkerState, Action]:
 
 def dialect_of(message: Message) -> str:
     """``bcdb`` when bcdb's memodb-broker would accept ``message`` too, else ``spec``:
-    a peer that speaks the stricter form is answered in it."""
+    a peer that speaks the stricter form is answered in it. Never raises."""
     return "spec" if _check_bcdb(message) else "bcdb"

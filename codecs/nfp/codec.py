@@ -14,7 +14,7 @@ Dialects:
 
 from __future__ import annotations
 
-from nfgate.errors import DecodeError, EncodeError
+from nfgate.errors import ConfigError, DecodeError, EncodeError
 
 from .._base import FrameReader, Message, printable, reason_of
 from .messages import (
@@ -65,16 +65,32 @@ _SPEC_COMMANDS = frozenset(range(8))
 # NorFab writes the command byte as "0x" + two hex digits ("0x10" is PUT, not 16).
 _NORFAB_FRAME = {n: f"0x{n:02x}".encode() for n in _NUMBER.values()}
 _NORFAB_NUMBER = {frame: n for n, frame in _NORFAB_FRAME.items()}
+_SPEC_FRAMES = frozenset(bytes((n,)) for n in _SPEC_COMMANDS)
+_NORFAB_DISCONNECT = _NORFAB_FRAME[DISCONNECT]
 
 
 def detect(frames: list[bytes]) -> str:
     """``norfab`` when the command frame is ASCII ``0x..`` (or NorFab's swapped
-    DISCONNECT), else ``spec``."""
+    DISCONNECT), else ``spec``. Never raises on a list of byte strings."""
     if len(frames) >= 3 and frames[2] in _NORFAB_NUMBER:
         return "norfab"
-    if len(frames) == 4 and frames[1] == BROKER and frames[3] == _NORFAB_FRAME[DISCONNECT]:
+    if _swapped_disconnect(frames):
         return "norfab"
     return "spec"
+
+
+def _swapped_disconnect(frames: list[bytes]) -> bool:
+    # NorFab's broker -> worker DISCONNECT is "", NFPB01, service, "0x03". When frame 2
+    # is a command of either dialect the message is that command in the normal order
+    # ("", NFPB01, "0x02", "0x03" is a KEEPALIVE for service "0x03"): NorFab's services
+    # are names, never commands, so its real DISCONNECTs still read as they were sent.
+    return (
+        len(frames) == 4
+        and frames[1] == BROKER
+        and frames[3] == _NORFAB_DISCONNECT
+        and frames[2] not in _NORFAB_NUMBER
+        and frames[2] not in _SPEC_FRAMES
+    )
 
 
 def decode(frames: list[bytes], dialect: str) -> Message:
@@ -84,12 +100,7 @@ def decode(frames: list[bytes], dialect: str) -> Message:
     header = reader.take("protocol header")
     if header not in HEADERS:
         raise reader.error(f"protocol header must be NFPC01, NFPW01 or NFPB01, got {header[:16]!r}")
-    if (
-        dialect == "norfab"
-        and header == BROKER
-        and len(frames) == 4
-        and frames[3] == _NORFAB_FRAME[DISCONNECT]
-    ):
+    if dialect == "norfab" and _swapped_disconnect(frames):
         # NorFab broker -> worker DISCONNECT: "", NFPB01, service, "0x03"
         reader.what = "DISCONNECT"
         service = _text(reader, reader.take("service name"), "service name")
@@ -160,15 +171,27 @@ def _decode_body(reader: FrameReader, dialect: str, header: bytes, cls: type[Mes
 
 
 def _decode_mmi(reader: FrameReader, header: bytes) -> Mmi:
-    # Request from a client (addressed) or to a worker (routed); reply to a client
-    # (addressed) or from a worker (routed). A routed frame 3 is followed by "".
-    routed = len(reader.frames) > 4 and reader.frames[4] == b""
-    reply = _mmi_is_reply(header, routed)
+    # The header says which layout (messages.Mmi): a client's request is addressed, a
+    # worker's reply routed; the broker's reply to a client is addressed and its request
+    # to a worker routed, told apart by frame 4: the routed form's empty delimiter, or
+    # the reply's uuid, which an MMI may not leave empty.
+    take = reader.take
+    if header == CLIENT:
+        routed = reply = False
+    elif header == WORKER:
+        routed = reply = True
+    else:
+        routed = len(reader.frames) > 4 and reader.frames[4] == b""
+        reply = not routed
     client = _client(reader) if routed else None
-    service = None if routed else _text(reader, reader.take("service name"), "service name")
-    target = None if (routed or reply) else _text(reader, reader.take("target"), "target")
-    uuid = _text(reader, reader.take("job uuid"), "job uuid")
-    status = _status(reader)[0] if reply else None
+    service = None if routed else _text(reader, take("service name"), "service name")
+    target = None if (routed or reply) else _text(reader, take("target"), "target")
+    uuid = _text(reader, take("job uuid"), "job uuid")
+    status: int | None = None
+    if reply:
+        status, text = _status(reader)
+        if text:  # Mmi has no status_text: it would be lost
+            raise reader.error("an MMI status is three digits with no text")
     return Mmi(
         header=header,
         service=service,
@@ -178,12 +201,6 @@ def _decode_mmi(reader: FrameReader, header: bytes) -> Mmi:
         status=status,
         body=_body(reader),
     )
-
-
-def _mmi_is_reply(header: bytes, routed: bool) -> bool:
-    # NorFab's MMI replies come from a worker (routed) or from the broker to a client
-    # (addressed); requests come from a client or go from the broker to a worker (routed).
-    return header == WORKER or (header == BROKER and not routed)
 
 
 def _text(reader: FrameReader, frame: bytes, what: str) -> str:
@@ -235,7 +252,7 @@ def encode(message: Message, dialect: str) -> list[bytes]:
         if message.body is not None:
             out.append(message.body)
     elif isinstance(message, Mmi):
-        _check_mmi(message)
+        # Mmi's validators allow only the layouts _decode_mmi reads back.
         out += _address(message.client, message.service)
         if message.target is not None:
             out.append(message.target.encode())
@@ -266,12 +283,18 @@ def response_frames(
 
     For the broker's hot path (every 202 and every relayed result): it makes the checks
     the message's validators would, and gives what :func:`encode` gives for that
-    message. Raises :class:`EncodeError`.
+    message. Raises :class:`EncodeError` for parts the message would refuse,
+    :class:`ConfigError` for a dialect other than ``spec`` and ``norfab``.
     """
     _check_parts("RESPONSE", body, service=service, uuid=uuid)
     if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 999:
         raise EncodeError(NAME, f"RESPONSE: status must be a three-digit integer, got {status!r}")
-    command = _NORFAB_FRAME[RESPONSE] if dialect == "norfab" else _SPEC_RESPONSE
+    if dialect == "norfab":
+        command = _NORFAB_FRAME[RESPONSE]
+    elif dialect == "spec":
+        command = _SPEC_RESPONSE
+    else:
+        raise _unknown_dialect(dialect)
     return [b"", BROKER, command, service.encode(), uuid.encode(), b"%d" % status, *body]
 
 
@@ -291,13 +314,16 @@ def dispatch_frames(
     without building the :class:`Post`: routed to ``client`` for a NorFab worker
     (NorFab's broker->worker form), addressed to ``service`` and ``target`` for a spec
     worker. The same checks as the message's validators, the same frames as
-    :func:`encode`. Raises :class:`EncodeError`.
+    :func:`encode`. Raises :class:`EncodeError` for parts the message would refuse,
+    :class:`ConfigError` for a dialect other than ``spec`` and ``norfab``.
     """
     if dialect == "norfab":
         _check_parts("POST", body, uuid=uuid)
         if not (isinstance(client, bytes) and client):
             raise EncodeError(NAME, "POST: NorFab's broker->worker form is routed: it needs a client address")
         return [b"", BROKER, _NORFAB_FRAME[POST], client, b"", uuid.encode(), *body]
+    if dialect != "spec":
+        raise _unknown_dialect(dialect)
     _check_parts("POST", body, uuid=uuid, service=service, target=target)
     return [b"", BROKER, _SPEC_POST, service.encode(), target.encode(), uuid.encode(), *body]
 
@@ -313,6 +339,11 @@ def _check_parts(command: str, body: tuple[bytes, ...], **texts: str) -> None:
 
 
 _SPEC_POST = bytes((POST,))
+
+
+def _unknown_dialect(dialect: str) -> ConfigError:
+    # What Codec.encode raises for a dialect it does not have: the caller's mistake.
+    return ConfigError(f"{NAME}: unknown dialect {dialect!r} (known: {', '.join(DIALECTS)})")
 
 
 def _address(client: bytes | None, service: str | None) -> list[bytes]:
@@ -338,12 +369,4 @@ def _check_routing(message: _Job | _Result, dialect: str) -> None:
         raise EncodeError(
             NAME,
             f"{message.TYPE}: NorFab's {who} form is routed exactly when the header is {routed_header!r}",
-        )
-
-
-def _check_mmi(message: Mmi) -> None:
-    # The decoder tells request from reply by header and layout; refuse what it could not.
-    if _mmi_is_reply(message.header, message.client is not None) != (message.status is not None):
-        raise EncodeError(
-            NAME, "MMI: a status goes exactly on replies (from a worker, or from the broker unrouted)"
         )

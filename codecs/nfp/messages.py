@@ -9,7 +9,14 @@ result commands (RESPONSE, EVENT, STREAM, MMI reply) have two layouts:
 * *routed*    -- ``client`` address, an empty frame, then ``uuid``: NorFab's layout
   between broker and worker (service and target dropped).
 
-A message is routed exactly when ``client`` is set.
+A message is routed exactly when ``client`` is set. NorFab's choice of layout is tied
+to the header (routed jobs come from the broker, routed results from a worker), and the
+classes refuse a combination that no dialect can put on the wire, so every message that
+can be built encodes in at least one dialect and reads back as itself.
+
+Construction raises :class:`TypeError` or :class:`ValueError` (attrs validators) for a
+field of the wrong type or value, or a combination of fields no layout has; the
+decoder turns that into :class:`nfgate.errors.DecodeError`.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from .._base import Message, bytes_tuple, check_bytes_tuple
 
 __all__ = [
     "CLIENT",
+    "NORFAB_COMMANDS",
     "WORKER",
     "BROKER",
     "Delete",
@@ -44,6 +52,11 @@ __all__ = [
 CLIENT = b"NFPC01"
 WORKER = b"NFPW01"
 BROKER = b"NFPB01"
+# NorFab 0.25 norfab/core/NFP.py: the command frames, ASCII "0x" and two hex digits (the
+# codec's command table holds the same; a test checks they agree).
+NORFAB_COMMANDS = frozenset(
+    {"0x00", "0x01", "0x02", "0x03", "0x04", "0x05", "0x06", "0x07", "0x08", "0x09", "0x10", "0x11"}
+)
 
 
 def _header(*allowed: bytes) -> v._InValidator:  # type: ignore[name-defined]
@@ -73,12 +86,15 @@ def _body(_: object, attribute: attrs.Attribute[Any], value: tuple[bytes, ...]) 
         raise ValueError("body needs at least one frame")
 
 
-def _status(_: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
-    # Status Frames: "three digits".
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 999
-    ):
-        raise ValueError("status must be a three-digit integer")
+def _status(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    # Status Frames: "three digits". Every result has one (None is MMI's request only).
+    if isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 999:
+        raise ValueError(f"status must be a three-digit integer, got {value!r}")
+
+
+def _opt_status(inst: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None:
+        _status(inst, attribute, value)
 
 
 @attrs.frozen(kw_only=True)
@@ -127,10 +143,17 @@ class Disconnect(Message):
     def __attrs_post_init__(self) -> None:
         if self.legacy_order and (self.header != BROKER or self.body is not None):
             raise ValueError("legacy_order is NorFab's broker form: header NFPB01 and no body")
+        if self.legacy_order and self.service in NORFAB_COMMANDS:
+            # "", NFPB01, "0x02", "0x03" is read as the command in frame 2 (KEEPALIVE).
+            raise ValueError(
+                f"legacy_order: a service named like a command ({self.service!r}) reads back as that command"
+            )
 
 
 @attrs.frozen(kw_only=True)
 class _Job(Message):
+    # Only NorFab has the command: its layout follows the header (routed from the broker).
+    NORFAB_ONLY: ClassVar[bool] = False
     header: bytes = attrs.field(validator=_header(CLIENT, BROKER))
     service: str | None = attrs.field(default=None, validator=_opt_text)
     target: str | None = attrs.field(default=None, validator=_opt_text)
@@ -143,6 +166,12 @@ class _Job(Message):
             raise ValueError(f"{self.TYPE}: needs service and target (or a client address when routed)")
         if self.client is not None and (self.service is not None or self.target is not None):
             raise ValueError(f"{self.TYPE}: a routed message carries no service or target")
+        if self.client is not None and self.header != BROKER:
+            raise ValueError(f"{self.TYPE}: only the broker's (NFPB01) message to a worker is routed")
+        if self.NORFAB_ONLY and self.client is None and self.header == BROKER:
+            raise ValueError(
+                f"{self.TYPE} is NorFab's: the broker's (NFPB01) {self.TYPE} to a worker is routed"
+            )
 
     @property
     def routed(self) -> bool:
@@ -172,13 +201,17 @@ class Delete(_Job):
 
 @attrs.frozen(kw_only=True)
 class Put(_Job):
-    """NorFab 0x10: client input to a running job (same layouts as POST)."""
+    """NorFab 0x10: client input to a running job (same layouts as POST, but routed
+    exactly when the header is NFPB01: NorFab has no other broker form)."""
 
     TYPE: ClassVar[str] = "PUT"
+    NORFAB_ONLY: ClassVar[bool] = True
 
 
 @attrs.frozen(kw_only=True)
 class _Result(Message):
+    # Only NorFab has the command: its layout follows the header (routed from a worker).
+    NORFAB_ONLY: ClassVar[bool] = False
     header: bytes = attrs.field(validator=_header(BROKER, WORKER))
     service: str | None = attrs.field(default=None, validator=_opt_text)
     client: bytes | None = attrs.field(default=None, validator=_client)
@@ -192,6 +225,10 @@ class _Result(Message):
             raise ValueError(f"{self.TYPE}: needs exactly one of service (addressed) or client (routed)")
         if self.status_text and not self.status_text.isprintable():
             raise ValueError("status_text must be printable")
+        if self.client is not None and self.header != WORKER:
+            raise ValueError(f"{self.TYPE}: only a worker's (NFPW01) result is routed")
+        if self.NORFAB_ONLY and self.client is None and self.header == WORKER:
+            raise ValueError(f"{self.TYPE} is NorFab's: a worker's (NFPW01) {self.TYPE} is routed")
 
     @property
     def routed(self) -> bool:
@@ -207,22 +244,35 @@ class Response(_Result):
 
 @attrs.frozen(kw_only=True)
 class Event(_Result):
-    """NorFab 0x08: job progress events (``result_ready`` ...), relayed to the client."""
+    """NorFab 0x08: job progress events (``result_ready`` ...), relayed to the client.
+    Routed exactly when the header is NFPW01."""
 
     TYPE: ClassVar[str] = "EVENT"
+    NORFAB_ONLY: ClassVar[bool] = True
 
 
 @attrs.frozen(kw_only=True)
 class Stream(_Result):
-    """NorFab 0x09: raw data chunks from a running job, relayed to the client."""
+    """NorFab 0x09: raw data chunks from a running job, relayed to the client.
+    Routed exactly when the header is NFPW01."""
 
     TYPE: ClassVar[str] = "STREAM"
+    NORFAB_ONLY: ClassVar[bool] = True
 
 
 @attrs.frozen(kw_only=True)
 class Mmi(Message):
-    """NorFab 0x11: management request (job layout, ``status=None``) or its reply
-    (result layout, ``status`` set)."""
+    """NorFab 0x11: a management request or its reply. The header decides the layout,
+    so the decoder never guesses (docs/protocols/norfab-wire.md):
+
+    * ``NFPC01`` -- a client's request: ``service``, ``target``, ``uuid`` (no status);
+    * ``NFPB01`` -- the broker's reply to a client: ``service``, ``uuid``, ``status``
+      (no target); or its request to a worker, routed: ``client``, ``uuid`` (no status);
+    * ``NFPW01`` -- a worker's reply, routed: ``client``, ``uuid``, ``status``.
+
+    ``uuid`` must not be empty: it is what tells the broker's two forms apart (frame 4
+    is the routed form's empty delimiter, the reply's uuid).
+    """
 
     TYPE: ClassVar[str] = "MMI"
     header: bytes = attrs.field(validator=_header(CLIENT, BROKER, WORKER))
@@ -230,17 +280,27 @@ class Mmi(Message):
     target: str | None = attrs.field(default=None, validator=_opt_text)
     client: bytes | None = attrs.field(default=None, validator=_client)
     uuid: str = attrs.field(validator=_text)
-    status: int | None = attrs.field(default=None, validator=_status)
+    status: int | None = attrs.field(default=None, validator=_opt_status)
     body: tuple[bytes, ...] = attrs.field(converter=bytes_tuple, validator=_body)
 
     def __attrs_post_init__(self) -> None:
-        request = self.status is None
-        if request and self.client is None and (self.service is None or self.target is None):
-            raise ValueError("MMI request: needs service and target (or a client when routed)")
-        if not request and self.target is not None:
-            raise ValueError("MMI reply: carries no target")
-        if (self.client is None) == (self.service is None):
-            raise ValueError("MMI: needs exactly one of service (addressed) or client (routed)")
+        if not self.uuid:
+            raise ValueError("MMI: uuid must not be empty")
+        routed, reply = self.client is not None, self.status is not None
+        if self.header == CLIENT:
+            ok = not routed and not reply and self.service is not None and self.target is not None
+            form = "a client's MMI is a request: service and target, no client or status"
+        elif self.header == WORKER:
+            ok = routed and reply and self.service is None and self.target is None
+            form = "a worker's MMI is a routed reply: client and status, no service or target"
+        elif routed:
+            ok = not reply and self.service is None and self.target is None
+            form = "the broker's routed MMI is a request to a worker: client, no service, target or status"
+        else:
+            ok = reply and self.service is not None and self.target is None
+            form = "the broker's MMI to a client is a reply: service and status, no target"
+        if not ok:
+            raise ValueError(f"MMI: {form}")
 
 
 NfpMessage = (

@@ -35,6 +35,8 @@ __all__ = [
 
 
 class PeerState(StateEnum):
+    """An NFP peer as the broker sees it: new, a client, a spec worker that sent OPEN, or a worker."""
+
     NEW = "new"  # nothing heard yet, or a worker that disconnected
     CLIENT = "client"
     OPENED = "opened"  # a spec worker sent OPEN; READY comes next
@@ -42,6 +44,8 @@ class PeerState(StateEnum):
 
 
 class Action(StateEnum):
+    """What the broker does with a message from a peer (:data:`TRANSITIONS`)."""
+
     OPEN = "open"  # answer OPEN with OPEN
     JOB = "job"  # POST: accept, store, 202, route
     FETCH = "fetch"  # GET: stored results (200), pending (300) or unknown (400)
@@ -110,14 +114,20 @@ def _dumps(value: Any) -> bytes:
 
 
 def accepted_body(uuid: str, service: str, target: str, workers: Iterable[str]) -> bytes:
-    """The 202 body, in NorFab's shape (its client reads ``workers``)."""
+    """The 202 body, in NorFab's shape (its client reads ``workers``).
+
+    Never raises for ``str`` arguments; a worker name that is not one raises :class:`TypeError`.
+    """
     names = list(workers)
     status = "DISPATCHED" if names else "QUEUED"
     return _dumps({"workers": names, "uuid": uuid, "target": target, "status": status, "service": service})
 
 
 def error_body(uuid: str, service: str, status: str, errors: Iterable[str]) -> bytes:
-    """A broker error body (NorFab's 400 shape: ``status`` text and ``errors`` list)."""
+    """A broker error body (NorFab's 400 shape: ``status`` text and ``errors`` list).
+
+    Never raises for ``str`` arguments; an error that JSON cannot hold raises :class:`TypeError`.
+    """
     return _dumps(
         {"workers": None, "uuid": uuid, "status": status, "service": service, "errors": list(errors)}
     )
@@ -139,7 +149,7 @@ def keyed_result(name: str, worker_name: str, body: tuple[bytes, ...]) -> dict[s
     A NorFab worker's result already is ``{worker_name: Result}``: it is re-keyed to
     ``name`` (the name the client was told in its 202, which differs after a
     re-dispatch). Any other body (a DCP or MemoDB worker's bytes) is wrapped in
-    NorFab's ``Result`` fields, the body parsed as JSON when it is JSON.
+    NorFab's ``Result`` fields, the body parsed as JSON when it is JSON. Never raises.
     """
     return _keyed(name, worker_name, _json_value(body))
 
@@ -154,6 +164,7 @@ def keyed_body(name: str, worker_name: str, body: tuple[bytes, ...], *, norfab_w
     under that name it is not even parsed: NorFab workers key their results by their
     own name and NorFab's broker relays them as bytes, and a result of megabytes would
     otherwise be parsed on the gateway's loop. Any other body is parsed to check it.
+    Never raises (a body that is not JSON is carried as text).
     """
     if norfab_worker and name == worker_name and len(body) == 1:
         return body[0]
@@ -188,14 +199,15 @@ def _keyed(name: str, worker_name: str, value: Any) -> dict[str, Any]:
 
 def failed_body(name: str, status: int, body: tuple[bytes, ...]) -> bytes:
     """A non-NorFab worker's error status for a NorFab client: NorFab's 200 with
-    ``failed`` set, the worker's body kept as the ``result`` (parsed when it is JSON)."""
+    ``failed`` set, the worker's body kept as the ``result`` (parsed when it is JSON).
+    Never raises."""
     value = failed_result(name, status, "worker error")
     value[name]["result"] = _json_value(body)
     return _dumps(value)
 
 
 def failed_result(name: str, status: int, reason: str) -> dict[str, Any]:
-    """NorFab's form of a failed job for one worker: 200 with ``failed`` set."""
+    """NorFab's form of a failed job for one worker: 200 with ``failed`` set. Never raises."""
     return {
         name: {
             "result": None,
@@ -211,7 +223,11 @@ def failed_result(name: str, status: int, reason: str) -> dict[str, Any]:
 
 
 def merge(results: Iterable[Mapping[str, Any]]) -> bytes:
-    """One body from several ``{worker: Result}`` dicts (a NorFab GET answer)."""
+    """One body from several ``{worker: Result}`` dicts (a NorFab GET answer).
+
+    Raises :class:`TypeError` (or :class:`ValueError`, for a circular value) only for a
+    result JSON cannot hold; decoded results never are.
+    """
     merged: dict[str, Any] = {}
     for item in results:
         merged.update(item)
@@ -219,5 +235,6 @@ def merge(results: Iterable[Mapping[str, Any]]) -> bytes:
 
 
 def dumps(value: Any) -> bytes:
-    """Compact JSON, as NorFab writes it."""
+    """Compact JSON, as NorFab writes it. Raises :class:`TypeError` for a value JSON
+    cannot hold, :class:`ValueError` for a circular one (``json``'s rules)."""
     return _dumps(value)

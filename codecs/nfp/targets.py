@@ -43,7 +43,10 @@ def parse_target(text: str) -> str | tuple[str, ...]:
 
 
 def format_target(target: str | tuple[str, ...], dialect: str) -> str:
-    """The target frame text for ``target`` in ``dialect`` (NorFab: JSON list)."""
+    """The target frame text for ``target`` in ``dialect`` (NorFab: JSON list).
+
+    Never raises for a ``str`` or a tuple of ``str`` (what :func:`parse_target` gives).
+    """
     if isinstance(target, str):
         return target
     return json.dumps(list(target), separators=(",", ":")) if dialect == "norfab" else ",".join(target)
@@ -55,7 +58,7 @@ def pseudo_targets(target: str | tuple[str, ...], workers: Iterable[tuple[str, s
     pairs in registration order. ``all``: every worker; ``any``: one worker of each
     service (NorFab picks at random; here the first registered); names: those that are
     registered, in the order given, unknown ones dropped as NorFab drops them. May be
-    empty (NorFab then answers 400)."""
+    empty (NorFab then answers 400). Never raises."""
     known = dict(workers)
     if target == ALL:
         return tuple(known)

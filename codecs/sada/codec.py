@@ -257,17 +257,44 @@ _TCP = "tcp://"
 _WILDCARDS = frozenset({"", "*", "0.0.0.0", "::"})
 
 
+# Darbaan's millis is a Java long (System.currentTimeMillis()): at most 19 digits, which
+# also keeps int() well inside Python's 4300-digit limit for peer-controlled text.
+_JAVA_LONG_MAX = 2**63 - 1
+_JAVA_LONG_DIGITS = len(str(_JAVA_LONG_MAX))
+
+
 @attrs.frozen(kw_only=True)
 class PiranRequestId:
-    """A PIRAN request id, ``<prefix>-<millis>-<random>-<checksum>``; ``str()`` gives it back."""
+    """A PIRAN request id, ``<prefix>-<millis>-<random>-<checksum>``; ``str()`` gives it
+    back exactly as it was written.
+
+    ``millis_text`` is the millis part as it appeared (``"007"``; the checksum is computed
+    over that text, so leading zeros matter), ``millis`` its value; it defaults to
+    ``str(millis)``. Raises :class:`ValueError` when ``millis_text`` is not the decimal
+    text of ``millis`` within a Java long.
+    """
 
     prefix: str
     millis: int
     rand: str
     checksum: str
+    millis_text: str = attrs.field(default=attrs.Factory(lambda self: str(self.millis), takes_self=True))
+
+    def __attrs_post_init__(self) -> None:
+        text = self.millis_text
+        if not (
+            isinstance(text, str)
+            and text.isascii()
+            and text.isdigit()
+            and len(text) <= _JAVA_LONG_DIGITS
+            and int(text) == self.millis
+        ):
+            raise ValueError(
+                f"millis_text {str(text)[:32]!r} is not the decimal text of millis {self.millis!r}"
+            )
 
     def __str__(self) -> str:
-        return f"{self.prefix}-{self.millis}-{self.rand}-{self.checksum}"
+        return f"{self.prefix}-{self.millis_text}-{self.rand}-{self.checksum}"
 
 
 def _utf16_sum(text: str) -> int:
@@ -294,8 +321,9 @@ def new_request_id(prefix: str, millis: int, rand: str) -> str:
     ``millis`` is the caller's clock (epoch milliseconds) and ``rand`` the caller's 8
     ASCII letters or digits (upper-cased, as Darbaan does); use
     :data:`PIRAN_REQUEST_PREFIX` for the prefix Darbaan uses. Raises :class:`ValueError`
-    for a prefix that is empty, non-printable or contains ``-``, a negative ``millis``,
-    or a ``rand`` that is not 8 ASCII alphanumerics (and :class:`TypeError` for wrong types).
+    for a prefix that is empty, non-printable or contains ``-``, a ``millis`` that is
+    negative or beyond a Java long (Darbaan's type), or a ``rand`` that is not 8 ASCII
+    alphanumerics (and :class:`TypeError` for wrong types).
     """
     if not isinstance(prefix, str) or not isinstance(rand, str):
         raise TypeError("prefix and rand must be str")
@@ -303,8 +331,8 @@ def new_request_id(prefix: str, millis: int, rand: str) -> str:
         raise TypeError(f"millis must be int, got {type(millis).__name__}")
     if not prefix or "-" in prefix or not prefix.isprintable():
         raise ValueError(f"request id prefix must be non-empty printable text without '-': {prefix!r}")
-    if millis < 0:
-        raise ValueError(f"millis must not be negative: {millis}")
+    if not 0 <= millis <= _JAVA_LONG_MAX:
+        raise ValueError(f"millis must be 0..2**63-1 (a Java long), got {millis}")
     if len(rand) != _PIRAN_RANDOM_LEN or not (rand.isascii() and rand.isalnum()):
         raise ValueError(f"rand must be {_PIRAN_RANDOM_LEN} ASCII letters or digits: {rand!r}")
     rand = rand.upper()
@@ -315,7 +343,8 @@ def parse_piran_request_id(text: str, *, verify: bool = True) -> PiranRequestId:
     """Split a PIRAN request id into its parts, checking the checksum unless ``verify=False``.
 
     Raises :class:`DecodeError` when ``text`` is not four ``-``-separated parts with
-    decimal millis and 8 ASCII alphanumerics, or when the checksum does not match.
+    decimal millis that fits a Java long and 8 ASCII alphanumerics, or when the checksum
+    does not match.
     """
     if not isinstance(text, str):
         raise DecodeError(NAME, f"request id must be str, got {type(text).__name__}")
@@ -325,6 +354,8 @@ def parse_piran_request_id(text: str, *, verify: bool = True) -> PiranRequestId:
     prefix, millis, rand, checksum = parts
     if not (millis.isascii() and millis.isdigit()):
         raise DecodeError(NAME, f"PIRAN request id millis is not decimal: {millis[:32]!r}")
+    if len(millis) > _JAVA_LONG_DIGITS or int(millis) > _JAVA_LONG_MAX:
+        raise DecodeError(NAME, f"PIRAN request id millis is beyond a Java long: {millis[:32]!r}")
     if len(rand) != _PIRAN_RANDOM_LEN or not (rand.isascii() and rand.isalnum()):
         raise DecodeError(NAME, f"PIRAN request id random part is not 8 letters or digits: {rand[:32]!r}")
     if verify:
@@ -333,7 +364,7 @@ def parse_piran_request_id(text: str, *, verify: bool = True) -> PiranRequestId:
             raise DecodeError(
                 NAME, f"PIRAN request id checksum mismatch: {checksum[:32]!r}, expected {expected!r}"
             )
-    return PiranRequestId(prefix=prefix, millis=int(millis), rand=rand, checksum=checksum)
+    return PiranRequestId(prefix=prefix, millis=int(millis), rand=rand, checksum=checksum, millis_text=millis)
 
 
 def _check_dialect(dialect: str) -> None:
@@ -342,13 +373,17 @@ def _check_dialect(dialect: str) -> None:
 
 
 def _host_port(endpoint: str) -> tuple[str, int]:
+    # An identity is read back by identity_endpoint, which takes printable text only.
+    if not isinstance(endpoint, str) or not endpoint.isprintable():
+        raise ValueError(f"endpoint must be printable text: {str(endpoint)[:64]!r}")
     rest = endpoint[len(_TCP) :] if endpoint.startswith(_TCP) else endpoint
     if "://" in rest:
-        raise ValueError(f"not a tcp:// endpoint: {endpoint!r}")
+        raise ValueError(f"not a tcp:// endpoint: {endpoint[:64]!r}")
     host, sep, port = rest.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-        raise ValueError(f"endpoint has no valid port: {endpoint!r}")
+    # At most 5 digits before int(): the text may come from a peer's identity.
+    if not sep or not (port.isascii() and port.isdigit() and len(port) <= 5) or not 0 < int(port) < 65536:
+        raise ValueError(f"endpoint has no valid port: {endpoint[:64]!r}")
     if host in _WILDCARDS:
         raise ValueError(f"a wildcard address is not a public endpoint: {endpoint!r}")
     return host, int(port)
@@ -360,8 +395,9 @@ def channel_identity(endpoint: str, dialect: str = "spec") -> bytes:
     ``spec`` (Request and Response Routing): the endpoint itself,
     ``b"tcp://127.0.0.1:5055"``. ``piran``: ``ip:port`` without the scheme,
     ``b"127.0.0.1:5055"`` (IPv6 hosts without brackets, as PIRAN joins ip and port).
-    Raises :class:`ValueError` for an endpoint without a host and port or with a wildcard
-    host, :class:`nfgate.errors.ConfigError` for an unknown dialect.
+    Raises :class:`ValueError` for an endpoint that is not printable text (which
+    :func:`identity_endpoint` could not read back), has no host and port or has a
+    wildcard host, :class:`nfgate.errors.ConfigError` for an unknown dialect.
     """
     _check_dialect(dialect)
     host, port = _host_port(endpoint)

@@ -7,6 +7,11 @@ Command Header text), so a reply can go out in the form the peer used and
 
 Text frames (service names and versions, request ids, action categories and names) are
 printable UTF-8 strings: PIRAN reads and writes them as Java strings.
+
+Construction validates every field: a value of the wrong type raises :class:`TypeError`
+and one out of range or empty where the spec forbids it raises :class:`ValueError` (the
+attrs validators' exceptions). Decoding never lets them out: for bad frames it
+raises :class:`nfgate.errors.DecodeError` only.
 """
 
 from __future__ import annotations

@@ -38,17 +38,23 @@ __all__ = [
 
 
 class ChannelState(StateEnum):
+    """A peer of the gateway's channel edge: new, a server that introduced itself, or a client."""
+
     NEW = "new"  # connected, or forgotten (evicted, gateway restarted)
     SERVER = "server"  # introduced itself: a worker of the routing core
     CLIENT = "client"  # sent REQ: gets REP
 
 
 class ServerState(StateEnum):
+    """A channel as the gateway's server edge sees it: introduced (sent INTR) or not yet."""
+
     NEW = "new"  # INTR not delivered yet (not connected, or the channel is unknown)
     INTRODUCED = "introduced"
 
 
 class Action(StateEnum):
+    """What the gateway does with a message (:data:`CHANNEL`, :data:`SERVER`)."""
+
     REGISTER = "register"  # INTR: (re)register the server's services
     REQUEST = "request"  # REQ: route it through the core, answer REP
     REPLY = "reply"  # REP from a server: the answer to a REQ it holds
@@ -152,7 +158,8 @@ def request_id(seq: int, millis: int) -> str:
     PIRAN's form (``RQ-<millis>-<8 alnum>-<checksum>``, checksum by Darbaan's rule) so
     that PIRAN servers, which validate ids, take it; for spec servers it is just a unique
     printable id ("should be unique across the cluster": millis plus a sequence number).
-    Raises :class:`ValueError` for a negative ``seq`` or ``millis``.
+    Raises :class:`ValueError` for a negative ``seq`` or ``millis``, or a ``millis``
+    beyond a Java long (:func:`~nfgate.codecs.sada.codec.new_request_id`).
     """
     if seq < 0:
         raise ValueError(f"seq must not be negative: {seq}")

@@ -429,3 +429,47 @@ def test_datagram_decoders_raise_only_decode_error(data: bytes) -> None:
 @given(st.integers(1, 65535))
 def test_beacon_roundtrip(port: int) -> None:
     assert dbp.decode_beacon(dbp.encode_beacon(port)) == port
+
+
+# -- review fixes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dialect", ["spec", "hermes"])
+def test_negative_zero_time_is_written_as_zero(dialect: str) -> None:
+    frame = dbp.encode_time(-0.0, dialect)
+    assert frame == dbp.encode_time(0.0, dialect)
+    assert dbp.decode_time(frame, dialect) == 0.0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"name": "\x07"}, {"name": "echo\n"}, {"name": "\u200b"}, {"port": 70000}, {"heartbeat": -1}],
+)
+def test_make_info_refuses_what_check_registration_denies(kwargs: dict[str, Any]) -> None:
+    from nfgate.codecs.dbp.session import check_registration
+
+    info = {**SPEC_INFO, **kwargs}
+    assert check_registration(info, "spec", dbp.REQUIRED_KEYS)  # denied...
+    with pytest.raises(ValueError):  # ...so not made
+        dbp.make_info(**info)
+
+
+@given(
+    name=st.text(max_size=6),
+    ip=st.text(max_size=4),
+    port=st.integers(-1, 70000),
+    function=st.text(max_size=4),
+    heartbeat=st.floats(allow_nan=True, allow_infinity=True) | st.integers(-2, 2),
+)
+def test_make_info_and_check_registration_agree(
+    name: str, ip: str, port: int, function: str, heartbeat: float
+) -> None:
+    from nfgate.codecs.dbp.session import check_registration
+
+    try:
+        data = dbp.make_info(name=name, ip=ip, port=port, function=function, heartbeat=heartbeat)
+    except ValueError:
+        info = {"name": name, "ip": ip, "port": port, "function": function, "heartbeat": heartbeat}
+        assert check_registration(info, "spec", dbp.REQUIRED_KEYS)
+        return
+    assert check_registration(dbp.service_info(data), "spec", dbp.REQUIRED_KEYS) == []

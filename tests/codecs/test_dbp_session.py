@@ -168,3 +168,26 @@ _VALUES = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_
 )
 def test_parse_reply_never_raises_on_json_objects(obj: dict[str, Any]) -> None:
     parse_reply(json.dumps({**obj, "id": "1"}).encode())
+
+
+@pytest.mark.parametrize(
+    ("raw_id", "expected"),
+    [
+        ("1" * 4301, None),  # beyond Python's int() digit limit: names no request we sent
+        ("1" * 21, None),
+        ("0" * 30 + "12", 12),  # leading zeros do not count
+        ("99999999999999999999", 99999999999999999999),  # 20 digits: the longest taken
+    ],
+)
+def test_parse_reply_reads_long_ids_without_raising(raw_id: str, expected: int | None) -> None:
+    got = parse_reply(b'{"id":"' + raw_id.encode() + b'"}')
+    assert got is not None and got.request_id == expected
+
+
+def test_check_registration_takes_a_huge_integer_heartbeat() -> None:
+    # JSON integers have no size limit; math.isfinite() overflowed on this one.
+    info = dbp.service_info(b'{"name":"a","ip":"x","port":1,"function":"f","heartbeat":1' + b"0" * 400 + b"}")
+    assert check_registration(info, "spec", dbp.REQUIRED_KEYS) == []
+    assert check_registration({**info, "port": 10**400}, "spec", dbp.REQUIRED_KEYS) == [
+        "port must be an integer 1..65535"
+    ]

@@ -57,3 +57,19 @@ def test_type_part_per_dialect() -> None:
     assert codec.request_frames(b"echo", None, (), (b"x",), "spec")[2] == b"\x04"
     assert codec.request_frames(b"echo", None, (), (b"x",), "dagbox")[2] == b"\x04\x00\x00\x00"
     assert codec.reply_frames(None, (), (b"x",), "dagbox")[2] == b"\x05\x00\x00\x00"
+
+
+def test_builders_check_the_service_and_client_types() -> None:
+    with pytest.raises(EncodeError, match="service name must be bytes"):
+        codec.request_frames("echo", None, (), (), "spec")  # type: ignore[arg-type]
+    with pytest.raises(EncodeError, match="client address"):
+        codec.reply_frames("c1", (), (), "spec")  # type: ignore[arg-type]
+
+
+def test_builders_refuse_an_unknown_dialect() -> None:
+    from nfgate.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="bogus"):
+        codec.reply_frames(None, (), (), "bogus")
+    with pytest.raises(ConfigError, match="bogus"):
+        codec.request_frames(b"echo", None, (), (), "bogus")

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from nfgate import codecs
 from nfgate.codecs import dcp, sada
 from nfgate.codecs.sada import payload
+from nfgate.codecs.sada import session as sada_session
 from nfgate.errors import ConfigError, DecodeError, EncodeError
 
 CODEC = codecs.get("sada")
@@ -385,3 +386,72 @@ def test_json_form_names_the_fields() -> None:
         "status": 200,
         "payload": "7b7d",
     }
+
+
+# --- review fixes: ids as sent, long millis, identities both ways ------------------------
+
+
+@pytest.mark.parametrize("millis", ["007", "0", "0000000000000000001", "1700000000000"])
+def test_a_parsed_request_id_prints_as_it_was_sent(millis: str) -> None:
+    text = f"RQ-{millis}-ABCDEFGH-{sada.piran_checksum('RQ', millis, 'ABCDEFGH')}"
+    parsed = sada.parse_piran_request_id(text)
+    assert str(parsed) == text
+    assert parsed.millis == int(millis)
+    assert sada.parse_piran_request_id(str(parsed)) == parsed
+
+
+def test_request_ids_that_differ_in_leading_zeros_differ() -> None:
+    a = sada.parse_piran_request_id("RQ-007-AAAAAAAA-X", verify=False)
+    b = sada.parse_piran_request_id("RQ-7-AAAAAAAA-X", verify=False)
+    assert a.millis == b.millis and a != b
+
+
+@pytest.mark.parametrize("millis", ["1" * 4301, "1" * 20, "9223372036854775808"])
+def test_millis_beyond_a_java_long_is_a_decode_error(millis: str) -> None:
+    rid = f"RQ-{millis}-ABCDEFGH-{sada.piran_checksum('RQ', millis, 'ABCDEFGH')}"
+    with pytest.raises(DecodeError, match="Java long"):
+        sada.parse_piran_request_id(rid)
+    with pytest.raises(DecodeError, match="Java long"):
+        sada.parse_piran_request_id(f"RQ-{millis}-ABCDEFGH-X", verify=False)
+    assert sada_session.piran_evidence(request_id=rid) is False
+
+
+def test_new_request_id_stays_within_a_java_long() -> None:
+    assert sada.parse_piran_request_id(sada.new_request_id("RQ", 2**63 - 1, "AAAAAAAA")).millis == 2**63 - 1
+    with pytest.raises(ValueError):
+        sada.new_request_id("RQ", 2**63, "AAAAAAAA")
+
+
+def test_piran_request_id_checks_its_millis_text() -> None:
+    with pytest.raises(ValueError):
+        sada.PiranRequestId(prefix="RQ", millis=7, rand="AAAAAAAA", checksum="X", millis_text="8")
+    assert str(sada.PiranRequestId(prefix="RQ", millis=7, rand="AAAAAAAA", checksum="X")) == "RQ-7-AAAAAAAA-X"
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["\x96:86", "tcp://h\x00st:80", "tcp://\ud800:80", "tcp://h:" + "1" * 5000]
+)
+@pytest.mark.parametrize("dialect", ["spec", "piran"])
+def test_channel_identity_refuses_what_identity_endpoint_cannot_read(endpoint: str, dialect: str) -> None:
+    with pytest.raises(ValueError):
+        sada.channel_identity(endpoint, dialect)
+    with pytest.raises(ValueError):
+        sada.server_identity(endpoint, dialect)
+
+
+@given(
+    endpoint=st.text(alphabet=st.sampled_from("tcp:/[]*0.1h: \x96\x00"), max_size=14)
+    | st.text(max_size=8).map(lambda h: f"tcp://{h}:5055"),
+    dialect=st.sampled_from(["spec", "piran"]),
+)
+def test_identity_endpoint_reads_every_channel_identity(endpoint: str, dialect: str) -> None:
+    try:
+        identity = sada.channel_identity(endpoint, dialect)
+    except ValueError:
+        return
+    sada.identity_endpoint(identity)
+
+
+@given(st.text(alphabet="0123456789-RQAB", max_size=30))
+def test_piran_evidence_never_raises(request_id: str) -> None:
+    sada_session.piran_evidence(request_id=request_id, identity=request_id.encode())
