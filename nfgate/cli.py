@@ -88,7 +88,7 @@ def decode(protocol: str, dialect: str | None, frames: tuple[str, ...]) -> None:
     try:
         codec = registry.get(protocol)
         raw = [_unhex(protocol, i, text) for i, text in enumerate(frames)]
-        chosen = dialect or codec.detect(raw)
+        chosen = codec.detect(raw) if dialect is None else dialect
         message = codec.decode(raw, chosen)
         click.echo(json.dumps(codec.to_json(message, chosen), sort_keys=False))
     except NfgateError as exc:
@@ -112,7 +112,7 @@ def encode(protocol: str, dialect: str | None, as_json: bool) -> None:
         except ValueError as exc:
             fail(f"{protocol}: stdin is not JSON: {exc}")
         message, json_dialect = codec.from_json(obj)
-        frames = codec.encode(message, dialect or json_dialect)
+        frames = codec.encode(message, json_dialect if dialect is None else dialect)
     except NfgateError as exc:
         fail(str(exc))
     if as_json:
@@ -255,7 +255,8 @@ def analyze(
 
     SOURCE is a directory or a URI Spark can read (hdfs://, s3a://, file://...).
     """
-    from nfgate.analysis.job import analyze as run  # pyspark is imported only here
+    from nfgate.analysis.job import JobError  # pyspark is imported only by the run
+    from nfgate.analysis.job import analyze as run
 
     properties: dict[str, str] = {}
     for value in conf:
@@ -265,7 +266,11 @@ def analyze(
         properties[key.strip()] = setting
     window = (_instant(since, "--since"), _instant(until, "--until"))
     try:
-        summary = run(source, out, master, properties, window)
+        summary = run(
+            source, out, master, properties, window, warn=lambda line: click.echo(f"nfgate: {line}", err=True)
+        )
+    except JobError as exc:  # the job failed once running: not the command line's fault
+        fail(str(exc), 1)
     except NfgateError as exc:
         fail(str(exc))
     click.echo(
@@ -277,8 +282,13 @@ def analyze(
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
+_NS_RANGE = (-(2**63), 2**63 - 1)  # ts_ns is an int64 of nanoseconds
+
+
 def _instant(text: str | None, option: str) -> int | None:
-    """An ISO 8601 time as nanoseconds since the epoch (UTC when it names no zone)."""
+    """An ISO 8601 time as nanoseconds since the epoch (UTC when it names no zone).
+    Exits with one line for text that is not such a time, or a time an int64 of
+    nanoseconds cannot hold (Spark would fail on it with a traceback)."""
     if text is None:
         return None
     try:
@@ -287,7 +297,13 @@ def _instant(text: str | None, option: str) -> int | None:
         fail(f"{option}: expected an ISO 8601 time like 2026-11-25T14:00:00Z, got {text!r}")
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
-    return (when - _EPOCH) // datetime.timedelta(microseconds=1) * 1_000
+    ns = (when - _EPOCH) // datetime.timedelta(microseconds=1) * 1_000
+    if not _NS_RANGE[0] <= ns <= _NS_RANGE[1]:
+        fail(
+            f"{option}: {text!r} is outside the times a capture holds "
+            "(1677-09-21T00:12:44Z to 2262-04-11T23:47:16Z)"
+        )
+    return ns
 
 
 from nfgate.bench.cli import bench  # noqa: E402  (subcommands register after the group exists)

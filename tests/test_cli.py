@@ -58,6 +58,8 @@ def test_decode_then_encode_restores_the_frames(protocol: str) -> None:
         (["decode", "--protocol", "dcp", "-", "4447425801", "07"], "", "unknown message type"),
         (["decode", "--protocol", "nope", "00"], "", "unknown protocol"),
         (["decode", "--protocol", "dcp", "--dialect", "klingon", "00"], "", "unknown dialect"),
+        (["decode", "--protocol", "dcp", "--dialect", "", "-", "4447425801", "02"], "", "unknown dialect"),
+        (["encode", "--protocol", "dcp", "--dialect", ""], '{"type": "PING"}', "unknown dialect"),
         (["encode", "--protocol", "dcp"], "{not json", "not JSON"),
         (["encode", "--protocol", "dcp"], '{"type": "TELEPORT"}', "unknown message type"),
         (["encode", "--protocol", "dcp"], '{"type": "REQUEST", "service": 5}', "bad REQUEST fields"),

@@ -148,7 +148,8 @@ class RouterEndpoint:
                     parts.append(frame.bytes)
         self.received += 1
         if self.tap is not None:
-            self.tap("in", identity_label(parts[0]), parts[1:])
+            cut = "bytes" if left < 0 else "frames" if len(parts) > room else None
+            self.tap("in", identity_label(parts[0]), parts[1:], truncated=cut)
         if left < 0:
             self.too_large += 1
             limit = self.limits.max_message_bytes

@@ -26,7 +26,7 @@ from nfgate import codecs
 from nfgate.codecs.dbp import udp as dbp_udp
 from nfgate.errors import NfgateError
 
-__all__ = ["COLUMNS", "Row", "classify"]
+__all__ = ["COLUMNS", "Row", "classify", "malformed"]
 
 Row = dict[str, Any]
 
@@ -62,6 +62,12 @@ def classify(protocol: str, transport: str, frames: Sequence[bytes]) -> Row:
     rule = _RULES.get(protocol)
     found = rule(message) if rule is not None else {}
     return _row(dialect=dialect, type=message.TYPE, **found)
+
+
+def malformed(error: str) -> Row:
+    """The derived columns of a record that is not a message for a reason the codecs do
+    not see (a null frame, a message the gateway cut): ``error`` set, the rest null."""
+    return _row(error=error)
 
 
 def _row(**values: Any) -> Row:

@@ -185,5 +185,7 @@ def plot_data(commands: DataFrame, exchanges: DataFrame) -> dict[str, Any]:
     if span["lo"] is not None:
         width_ns = max(MIN_STEP_NS, math.ceil((span["hi"] - span["lo"]) / TIMELINE_POINTS))
         step = F.floor((F.col("ts_ns") - F.lit(span["lo"])) / F.lit(width_ns))
-        timeline = _rows(commands.groupBy("protocol", step.alias("step")).count().orderBy("protocol", "step"))
+        # A record without a time (a capture not written by nfgate) has no place on it.
+        timed = commands.where(F.col("ts_ns").isNotNull())
+        timeline = _rows(timed.groupBy("protocol", step.alias("step")).count().orderBy("protocol", "step"))
     return {"latency": _rows(latency), "timeline": timeline, "timeline_step_ns": width_ns}

@@ -70,9 +70,19 @@ def render(summary: dict[str, Any], plots: dict[str, Any]) -> str:
         _table(summary["malformed_reasons"], ["protocol", "error", "count"])
         if summary["malformed_reasons"]
         else "<p>None: every captured message decoded.</p>",
+        *_skipped(summary),
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def _skipped(summary: dict[str, Any]) -> list[str]:
+    if not summary.get("segments_skipped"):
+        return []
+    listed = summary.get("skipped") or []
+    more = summary["segments_skipped"] - len(listed)
+    note = f"<p>And {more} more (counted, not listed).</p>" if more > 0 else ""
+    return ["<h2>Segments skipped</h2>", _table(listed, ["segment", "reason"]) + note]
 
 
 def _when(ts_ns: int | None) -> str:
@@ -84,6 +94,7 @@ def _when(ts_ns: int | None) -> str:
 def _overview(s: dict[str, Any]) -> str:
     rows = [
         ("segments read", s["segments"]),
+        ("segments skipped", s.get("segments_skipped", 0)),
         ("messages", s["messages"]),
         ("bytes", s["bytes"]),
         ("malformed messages", s["malformed"]),
@@ -155,13 +166,21 @@ def _pyplot() -> Any:
     return plt
 
 
+def _name(protocol: str | None) -> str:
+    # A record without a protocol (a capture not written by nfgate) still gets a line.
+    return protocol if protocol is not None else "(none)"
+
+
 def _latency_svg(points: Sequence[dict[str, Any]]) -> str | None:
     if not points:
         return None
     plt = _pyplot()
     series: dict[str, dict[int, int]] = defaultdict(dict)
     for p in points:
-        series[p["protocol"]][int(p["bucket"])] = int(p["count"])
+        if p["bucket"] is not None:
+            series[_name(p["protocol"])][int(p["bucket"])] = int(p["count"])
+    if not series:
+        return None
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for protocol, buckets in sorted(series.items()):
         xs = sorted(buckets)
@@ -182,7 +201,10 @@ def _timeline_svg(points: Sequence[dict[str, Any]], step_ns: int) -> str | None:
     step_s = step_ns / 1e9
     counts: dict[str, dict[int, int]] = defaultdict(dict)
     for p in points:
-        counts[p["protocol"]][int(p["step"])] = int(p["count"])
+        if p["step"] is not None:  # a record without a time: not on a time axis
+            counts[_name(p["protocol"])][int(p["step"])] = int(p["count"])
+    if not counts:
+        return None
     last = max(step for steps in counts.values() for step in steps)
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for protocol, steps in sorted(counts.items()):

@@ -9,9 +9,14 @@ themselves: both must be on storage every node sees (a URI, or a mount at the sa
 everywhere). Local paths are checked before any JVM starts; URIs can only be checked
 through Spark, after it started.
 
+Listing a source finds the closed segments and the ``.partial`` ones (reported as
+skipped, never read); :mod:`nfgate.analysis.inputs` then checks each closed one.
+
 The executors decode with nfgate's codecs. :func:`ship_package` sends them the driver's
-own copy of nfgate, so they never run another version of it, and do not need it
-installed (its dependencies they do: attrs, cbor2, msgpack, pyarrow, pandas).
+own copy of nfgate, every package directory of it (``nfgate.codecs`` and
+``nfgate.transports`` live outside ``nfgate/`` in a checkout), so they never run
+another version of it and do not need it installed (its dependencies they do: attrs,
+cbor2, msgpack, pyarrow, pandas).
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
+import importlib.util
 import os
 import re
+import sys
+import tomllib
 import urllib.parse
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +41,19 @@ import nfgate
 from nfgate.errors import ConfigError
 
 __all__ = [
+    "Listing",
     "Location",
+    "Skipped",
     "create_out",
     "gateway_label",
+    "listing",
     "location",
+    "missing",
+    "package_dirs",
     "prepare_out",
     "segments",
     "ship_package",
+    "uri_listing",
     "uri_segments",
     "write_text",
 ]
@@ -48,6 +62,8 @@ URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 SEGMENT = "capture-*.parquet"
 """The closed segments' names (nfgate.capture); ``.partial`` segments have no footer
 yet, and Spark's own ``part-*.parquet`` (an ``--out`` inside the source) are not captures."""
+PARTIAL = SEGMENT + ".partial"
+PARTIAL_REASON = "still being written, or left by a gateway that did not stop cleanly (.partial, no footer)"
 
 _SEGMENT_PATH = re.compile(r"([^/]*)/capture-\d{8}T\d{6}-(\d+)-\d+\.parquet$")
 
@@ -62,6 +78,24 @@ def gateway_label(segment: str) -> str:
         parts = segment.rsplit("/", 2)
         return urllib.parse.unquote(parts[-2] if len(parts) > 1 else "")
     return f"{urllib.parse.unquote(found.group(1))}:{found.group(2)}"
+
+
+@attrs.frozen
+class Skipped:
+    """A file (or directory) under the source that is not read, and why, as the
+    command line and summary.json say it."""
+
+    segment: str
+    reason: str
+
+
+@attrs.frozen
+class Listing:
+    """What a source holds: ``closed`` segments to check and read, and ``skipped``
+    (``.partial`` segments, subdirectories that cannot be listed)."""
+
+    closed: tuple[str, ...]
+    skipped: tuple[Skipped, ...] = ()
 
 
 @attrs.frozen
@@ -81,13 +115,38 @@ def location(text: str | Path) -> Location:
     return Location(uri=path.as_uri(), local=path)
 
 
-def segments(source: Path) -> list[Path]:
-    """The closed capture segments under the local directory ``source``, subdirectories
-    included; raises :class:`ConfigError` when there are none (a one-line error for the
-    command line)."""
+def listing(source: Path) -> Listing:
+    """The capture segments under the local directory ``source``, subdirectories
+    included, as paths. Raises :class:`ConfigError` when ``source`` is not a directory
+    or cannot be listed, with the system's reason (permission denied...); a
+    subdirectory that cannot be listed is reported as skipped."""
     if not source.is_dir():
         raise ConfigError(f"analyze: {source} is not a directory")
-    found = sorted(p for p in source.rglob(SEGMENT) if p.is_file())
+    closed: list[str] = []
+    skipped: list[Skipped] = []
+    failures: list[OSError] = []
+    # os.walk rather than Path.rglob: rglob says nothing of a directory it cannot read.
+    for folder, dirs, files in os.walk(source, onerror=failures.append):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            if fnmatch.fnmatchcase(name, SEGMENT) and os.path.isfile(path):
+                closed.append(path)
+            elif fnmatch.fnmatchcase(name, PARTIAL):
+                skipped.append(Skipped(path, PARTIAL_REASON))
+    for exc in failures:
+        where = exc.filename or str(source)
+        if Path(where) == source:
+            raise ConfigError(f"analyze: cannot read {source}: {exc.strerror}")
+        skipped.append(Skipped(str(where), f"cannot list this directory: {exc.strerror}"))
+    return Listing(tuple(sorted(closed)), tuple(skipped))
+
+
+def segments(source: Path) -> list[Path]:
+    """The closed capture segments under the local directory ``source``, subdirectories
+    included; raises :class:`ConfigError` when there are none or ``source`` cannot be
+    read (a one-line error for the command line)."""
+    found = [Path(p) for p in listing(source).closed]
     if not found:
         raise ConfigError(f"analyze: no capture segments ({SEGMENT}) in {source}")
     return found
@@ -116,11 +175,12 @@ def create_out(spark: Any, out: Location) -> None:
         fs.mkdirs(path)
 
 
-def uri_segments(spark: Any, source: str) -> list[str]:
-    """The closed capture segments under the URI ``source``, listed through Spark's
-    filesystem layer, subdirectories included; raises :class:`ConfigError` (one line)
-    for a source that cannot be listed or holds no segment."""
-    found: list[str] = []
+def uri_listing(spark: Any, source: str) -> Listing:
+    """The capture segments under the URI ``source``, listed through Spark's filesystem
+    layer, subdirectories included; raises :class:`ConfigError` (one line) for a
+    source that cannot be listed."""
+    closed: list[str] = []
+    skipped: list[Skipped] = []
     with _hadoop(source, "read"):
         fs, root = _fs(spark, source)
         if not fs.getFileStatus(root).isDirectory():
@@ -129,10 +189,32 @@ def uri_segments(spark: Any, source: str) -> list[str]:
         while files.hasNext():
             path = files.next().getPath()
             if fnmatch.fnmatchcase(path.getName(), SEGMENT):
-                found.append(path.toString())
+                closed.append(path.toString())
+            elif fnmatch.fnmatchcase(path.getName(), PARTIAL):
+                skipped.append(Skipped(path.toString(), PARTIAL_REASON))
+    return Listing(tuple(sorted(closed)), tuple(sorted(skipped, key=lambda s: s.segment)))
+
+
+def uri_segments(spark: Any, source: str) -> list[str]:
+    """The closed capture segments under the URI ``source`` (:func:`uri_listing`);
+    raises :class:`ConfigError` (one line) for a source that cannot be listed or holds
+    no segment."""
+    found = list(uri_listing(spark, source).closed)
     if not found:
         raise ConfigError(f"analyze: no capture segments ({SEGMENT}) in {source}")
-    return sorted(found)
+    return found
+
+
+def missing(spark: Any, uris: Sequence[str]) -> list[str]:
+    """Those of ``uris`` (files Spark was given) that no longer exist: the gateway's
+    ``max_bytes`` budget deletes its oldest segments while it runs."""
+    gone = []
+    for uri in uris:
+        with _hadoop(uri, "read"):
+            fs, path = _fs(spark, uri)
+            if not fs.exists(path):
+                gone.append(uri)
+    return gone
 
 
 def write_text(spark: Any, out: Location, name: str, text: str) -> None:
@@ -151,15 +233,53 @@ def write_text(spark: Any, out: Location, name: str, text: str) -> None:
             stream.close()
 
 
-def ship_package(spark: Any, directory: Path) -> Path:
-    """Zip this process's nfgate package into ``directory`` and add it to the job's
-    Python path (``SparkContext.addPyFile``). Spark puts it ahead of the executors'
-    installed packages, so the executors decode with the driver's codecs."""
+def package_dirs() -> dict[str, Path]:
+    """``{package: directory}`` for ``nfgate`` and each of its subpackages that lives
+    outside ``nfgate/``: in a checkout (an editable install) pyproject.toml's
+    ``[tool.setuptools.package-dir]`` maps ``nfgate.codecs`` to ``codecs/`` and so on,
+    and their directories are what the import system found (``__path__``). In a wheel
+    they are all under ``nfgate/``."""
     root = Path(nfgate.__file__).parent
+    found = {"nfgate": root}
+    names = {
+        name
+        for name, module in sys.modules.items()
+        if name.startswith("nfgate.") and hasattr(module, "__path__")
+    }
+    pyproject = root.parent / "pyproject.toml"
+    if pyproject.is_file():
+        with contextlib.suppress(OSError, tomllib.TOMLDecodeError):
+            setuptools = (
+                tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("setuptools", {})
+            )
+            names |= {name for name in setuptools.get("package-dir", {}) if name.startswith("nfgate.")}
+    for name in sorted(names):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for place in (spec.submodule_search_locations or []) if spec is not None else []:
+            directory = Path(place)
+            if directory.is_dir() and not directory.resolve().is_relative_to(root.resolve()):
+                found[name] = directory
+    return found
+
+
+def ship_package(spark: Any, directory: Path) -> Path:
+    """Zip this process's nfgate, every package directory of it (:func:`package_dirs`),
+    into ``directory`` and add it to the job's Python path (``SparkContext.addPyFile``).
+    Spark puts it ahead of the executors' installed packages, so the executors decode
+    with the driver's codecs."""
     archive = directory / f"nfgate-{nfgate.__version__}.zip"
+    written: set[str] = set()
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(root.rglob("*.py")):
-            zf.write(path, path.relative_to(root.parent).as_posix())
+        for name, folder in sorted(package_dirs().items()):
+            prefix = Path(*name.split("."))
+            for path in sorted(folder.rglob("*.py")):
+                inside = (prefix / path.relative_to(folder)).as_posix()
+                if inside not in written:
+                    written.add(inside)
+                    zf.write(path, inside)
     spark.sparkContext.addPyFile(str(archive))
     return archive
 

@@ -137,7 +137,11 @@ def test_a_bad_master_or_no_java_is_one_line_exit_2(tmp_path: Path) -> None:
         "nfgate: analyze: --master must be local[*], local[N], yarn, spark://HOST:PORT or k8s://URL, got 'bogus://x'"
     ]
     # No JVM: Spark's launcher runs $JAVA_HOME/bin/java, which is not there.
-    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java")}
+    env = {
+        **os.environ,
+        "JAVA_HOME": str(tmp_path / "no-java"),
+        "TMPDIR": str(tmp_path),
+    }  # the log kept there
     proc = _analyze_cli(
         str(tmp_path / "cap"), "--out", str(tmp_path / "out"), "--master", "local[1]", env=env
     )

@@ -98,6 +98,21 @@ def test_every_message_in_and_out_is_in_the_capture_as_it_was_on_the_wire(
     assert stats["records"] == stats["written"] == len(rows) and stats["dropped"] == 0
 
 
+def test_a_message_the_gateway_dropped_is_captured_marked_as_cut(captured: tuple[Running, Path]) -> None:
+    # The capture keeps what the transport kept of a message over a limit (no more, so
+    # a peer cannot make the capture hold it whole), marked so that it does not read as
+    # a valid message with fewer frames.
+    gw, directory = captured
+    sock = gw.dealer("dcp", b"greedy")
+    sock.send_multipart([b"", b"DGBX\x01", b"\x04", b"echo", *[b"m"] * 100])
+    sock.send_multipart(dcp.encode(DcpRequest(service=b"echo", metadata=(b"ok",), data=(b"x",))))
+    until(lambda: gw.gateway.edges["dcp"].stats()["too_many_frames"] == 1)
+    finish(gw)
+    mine = [r for r in records(directory) if r["peer"] == "greedy"]
+    assert [r["truncated"] for r in mine] == ["frames", None]
+    assert len(mine[0]["frames"]) == 65  # the identity aside: max_frames and one more
+
+
 def test_capture_edges_records_only_the_edges_it_names(tmp_path: Path) -> None:
     directory = tmp_path / "cap"
     toml = QUIET + '[capture]\nedges = ["dcp"]\n'
@@ -156,6 +171,7 @@ def test_segments_roll_by_rows_and_close_writes_what_is_queued(tmp_path: Path) -
         "segments": 3,
         "deleted": 0,
         "write_errors": 0,
+        "lost": 0,
         "pending": 0,
     }
 
