@@ -107,7 +107,8 @@ class Case:
     for PASS, or raises one of the outcomes in :mod:`nfgate.conformance.context`.
     ``dialects`` is empty when the case applies to every dialect of the role.
     ``heartbeats`` adds that many heartbeat intervals to the case's deadline (cases
-    that wait for liveness to expire); ``disruptive`` cases run after the others that
+    that wait for liveness to expire), ``timeouts`` is how many ``--timeout`` waits it
+    holds (cases that wait for several answers in turn); ``disruptive`` cases run after the others that
     talk to the peer, as they may leave it unreachable (a peer that fails one must not
     get the blame in the cases after it); ``final`` cases run last, over what every
     other case saw.
@@ -121,12 +122,13 @@ class Case:
     run: Callable[[CaseContext], None] = attrs.field(repr=False, eq=False)
     dialects: tuple[str, ...] = ()
     heartbeats: float = 0.0
+    timeouts: float = 1.0
     disruptive: bool = False  # runs after the others that talk to the peer
     final: bool = False  # runs after the others: checks over what the whole run saw
 
     def budget_s(self, options: RunOptions) -> float:
         """The case's deadline in seconds from its start."""
-        return options.timeout_s + self.heartbeats * options.heartbeat_ms / 1000.0
+        return self.timeouts * options.timeout_s + self.heartbeats * options.heartbeat_ms / 1000.0
 
 
 @attrs.frozen(kw_only=True)

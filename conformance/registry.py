@@ -109,6 +109,7 @@ class Role:
         *,
         dialects: tuple[str, ...] = (),
         heartbeats: float = 0.0,
+        timeouts: float = 1.0,
         disruptive: bool = False,
         final: bool = False,
     ) -> Callable[[CaseFunc], CaseFunc]:
@@ -130,6 +131,7 @@ class Role:
                     run=func,
                     dialects=dialects,
                     heartbeats=heartbeats,
+                    timeouts=timeouts,
                     disruptive=disruptive,
                     final=final,
                 )

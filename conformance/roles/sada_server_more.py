@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nfgate.codecs.sada.messages import Intr, Rintr
-from nfgate.conformance.context import CaseContext, NoAnswer, describe
+from nfgate.codecs.sada.messages import Intr, Rep, Rintr
+from nfgate.conformance.context import CaseContext, NoAnswer, Received, describe
 from nfgate.conformance.roles import _sada
 from nfgate.conformance.roles._sada import clause, proto
-from nfgate.conformance.roles.sada_server import ROLE, bind, channel, connected, probe
+from nfgate.conformance.roles.sada_server import ROLE, bind, channel, connected, probe, request
 
 case = ROLE.case
 
@@ -27,12 +27,14 @@ case = ROLE.case
         "the suite closes its ROUTER and binds it again with the same identity",
     ),
     heartbeats=4,
+    timeouts=3,  # the wait for what the server owes, the INTR, and a RINTR's answer
     # A server that breaks this SHOULD and set no identity cannot be reached by the
     # restarted channel: the cases after this one would be blamed for it.
     disruptive=True,
 )
 def channel_restart(ctx: CaseContext) -> None:
     old = connected(ctx).peer
+    settle(ctx)
     channel(ctx).close()
     ctx.state["channel"] = fresh = bind(ctx.session)
     ctx.expect("INTR on the new connection (by itself, or after a RINTR to a server that set an identity)")
@@ -53,6 +55,33 @@ def channel_restart(ctx: CaseContext) -> None:
         raise ctx.violated("the server did not introduce itself to the restarted channel")
     ctx.saw(got.text)
     ctx.check(isinstance(got.message, Intr), f"the first message after the restart was {got.type}")
+
+
+def settle(ctx: CaseContext) -> None:
+    """Take every answer the server still owes the channel before it restarts.
+
+    A server's connecting socket keeps what it queued for the channel across the
+    reconnect, so a late INTR (a RINTR answered after a PONG satisfied an earlier
+    probe) would reach the new channel and pass for a new introduction. A server
+    answers in order: once the REP to a fresh request is in, nothing older is left.
+    The wait lasts while the server is still talking (a slow server working through
+    a backlog); one that falls silent without the REP is left to the case to judge."""
+    link = channel(ctx)
+    rid = ctx.unique("settle")
+    if not link.try_send(ctx, request(ctx, "nfgate.settle", "1", rid)):
+        return
+    heard: list[Received] = []
+
+    def handle(_: object, got: Received) -> bool:
+        heard.append(got)
+        return True
+
+    for _ in range(10_000):  # bounded: every pass reads a message or ends the wait
+        if not ctx.watch([link], handle, ctx.options.timeout_s):
+            return
+        last = heard[-1].message
+        if isinstance(last, Rep) and last.request_id == rid:
+            return
 
 
 SURVIVE = (

@@ -72,13 +72,19 @@ class PiranServer(threading.Thread):
     big-endian int32. Otherwise it behaves: INTR, PONG, RINTR -> INTR, REP 200.
 
     With ``dialect="spec"`` it is a spec server that sets no identity and says INTR
-    only when it starts: a channel that restarts never hears from it again."""
+    only when it starts: a channel that restarts never hears from it again.
 
-    def __init__(self, channel_url: str, lifetime_s: float = 90.0, dialect: str = "piran") -> None:
+    ``intr_delay_s`` makes it slow to answer RINTR (a busy server): a PING sent after
+    the RINTR is answered first."""
+
+    def __init__(
+        self, channel_url: str, lifetime_s: float = 90.0, dialect: str = "piran", intr_delay_s: float = 0.0
+    ) -> None:
         super().__init__(daemon=True)
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.channel_url = channel_url
         self.dialect = dialect
+        self.intr_delay_s = intr_delay_s
         self.stopping = threading.Event()
         self.deadline = time.monotonic() + lifetime_s
 
@@ -115,6 +121,8 @@ class PiranServer(threading.Thread):
                 if isinstance(message, Ping):
                     answer = Pong()
                 elif isinstance(message, Rintr):
+                    # Answered in order: the PINGs behind it wait too.
+                    self.stopping.wait(self.intr_delay_s)
                     answer = Intr(services=(("echo", "1"),))
                 elif isinstance(message, Req):
                     status = 200 if message.service == "echo" else 404
@@ -128,10 +136,10 @@ class PiranServer(threading.Thread):
             sock.close(0)
 
 
-def run_against(dialect: str) -> RunReport:
+def run_against(dialect: str, intr_delay_s: float = 0.0) -> RunReport:
     """The server suite in ``dialect`` against a :class:`PiranServer` of that dialect."""
     channel_url = f"tcp://127.0.0.1:{free_port()}"
-    server = PiranServer(channel_url, dialect=dialect)
+    server = PiranServer(channel_url, dialect=dialect, intr_delay_s=intr_delay_s)
     server.start()
     try:
         return run_suite("sada", "server", channel_url, dialect, heartbeat_ms=HEARTBEAT_MS)
@@ -159,6 +167,16 @@ def test_a_server_silent_after_the_channel_restarts_fails_that_case_alone() -> N
     # was judged on a channel the server knew.
     others = {case: v for case, v in verdicts.items() if case != "SADA-SERVER-10.1"}
     assert set(others.values()) <= {Verdict.PASS, Verdict.INFO}, explain(report)
+
+
+@pytest.mark.timeout(120)
+def test_an_intr_the_server_owed_the_old_channel_is_not_taken_for_a_new_introduction() -> None:
+    """A slow server's answer to an earlier RINTR, still on its way when the suite
+    restarts the channel, reaches the new channel: the suite waits for every answer
+    it is owed before the restart, so that INTR does not pass the case."""
+    report = run_against("spec", intr_delay_s=0.4)
+    verdicts = {r.id: r.verdict for r in report.results}
+    assert verdicts["SADA-SERVER-10.1"] is Verdict.NON_STRICT, explain(report)
 
 
 CHANNEL_TOML = f"""
