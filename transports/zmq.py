@@ -74,6 +74,9 @@ class RouterEndpoint:
 
     capture_kind = "zmq"
     tap: Tap | None = None  # set by nfgate.capture when --capture is on
+    # Told of each message dropped for a limit: (counter name, peer label, reason). The
+    # edge owning the socket logs it (nfgate.edges.Edge.malformed).
+    on_dropped: Callable[[str, str, str], None] | None = None
 
     def __init__(
         self,
@@ -152,15 +155,19 @@ class RouterEndpoint:
             self.tap("in", identity_label(parts[0]), parts[1:], truncated=cut)
         if left < 0:
             self.too_large += 1
-            limit = self.limits.max_message_bytes
-            log.debug("%s: message from %s over %d bytes dropped", self.url, identity_label(parts[0]), limit)
+            self._dropped("too_large", parts[0], f"over {self.limits.max_message_bytes} bytes, dropped")
             return None
         if len(parts) > room:
             self.oversized += 1
-            limit = self.limits.max_frames
-            log.debug("%s: message from %s over %d frames dropped", self.url, identity_label(parts[0]), limit)
+            self._dropped("too_many_frames", parts[0], f"over {self.limits.max_frames} frames, dropped")
             return None
         return parts[0], parts[1:]
+
+    def _dropped(self, what: str, identity: bytes, reason: str) -> None:
+        if self.on_dropped is not None:
+            self.on_dropped(what, identity_label(identity), reason)
+        else:
+            log.debug("%s: message from %s %s", self.url, identity_label(identity), reason)
 
     def send(self, identity: bytes, frames: Sequence[bytes]) -> bool:
         """Send ``frames`` to the peer ``identity``; False if that peer is gone or its

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -26,6 +27,9 @@ from nfgate.transports.zmq import Limits, RouterEndpoint, identity_label
 
 if TYPE_CHECKING:
     from nfgate.gateway import Gateway
+
+MALFORMED_WARN_S = 60.0  # at most one WARNING a minute per edge for malformed input
+_clock = time.monotonic  # replaced in tests
 
 __all__ = [
     "BeatCounts",
@@ -140,7 +144,8 @@ class Edge(abc.ABC):
     Network input never raises out of :meth:`receive`: a message that does not decode,
     or breaks the protocol's state machine, is counted (:attr:`counters`), logged at
     DEBUG (never per message at INFO) and answered with the protocol's error where it
-    has one.
+    has one. Messages that are not the protocol at all (undecodable, over a size
+    limit) also make a WARNING, at most one a minute per edge (:meth:`malformed`).
     """
 
     protocol: str = ""
@@ -159,6 +164,8 @@ class Edge(abc.ABC):
         self.url = settings.url
         self.counters: Counter[str] = Counter(dict.fromkeys(self.EVENTS, 0))
         self.bad_inputs = 0  # every bad_input() call, whatever its counter
+        self._malformed_unwarned = 0  # malformed messages since the last WARNING
+        self._malformed_warn_at: float | None = None  # monotonic time of the next one
         # Peers whose records this edge keeps ([limits] max_peers): the Peer and
         # ServiceRef caches are reset beyond it, the protocol edges' records trimmed.
         self.max_peers = settings.limits.max_peers
@@ -304,7 +311,33 @@ class Edge(abc.ABC):
         """Count and log one piece of bad network input."""
         self.counters[what] += 1
         self.bad_inputs += 1
-        log.debug("%s: %s from %s: %s", self.name, what, peer_label(peer.address), reason)
+        if what == "undecodable":
+            self.malformed(what, peer_label(peer.address), reason)
+        else:
+            log.debug("%s: %s from %s: %s", self.name, what, peer_label(peer.address), reason)
+
+    def malformed(self, what: str, source: str, reason: str) -> None:
+        """Log a message that is not the protocol at all (already counted): each at
+        DEBUG, and a WARNING for the first and then at most one a minute with the number
+        since, so that an operator at INFO learns that a peer speaks something else (a
+        misconfigured client, another protocol on the port) without a line per message,
+        which a hostile peer could turn into a flood of the log."""
+        self._malformed_unwarned += 1
+        now = _clock()
+        if self._malformed_warn_at is not None and now < self._malformed_warn_at:
+            log.debug("%s: %s from %s: %s", self.name, what, source, reason)
+            return
+        log.warning(
+            "%s: %s from %s: %s (%d such message(s) since the last of these warnings, "
+            "given at most once a minute; each is logged at DEBUG)",
+            self.name,
+            what,
+            source,
+            reason,
+            self._malformed_unwarned,
+        )
+        self._malformed_unwarned = 0
+        self._malformed_warn_at = now + MALFORMED_WARN_S
 
 
 class BeatCounts(Protocol):
@@ -388,6 +421,7 @@ class RouterEdge(Edge, Decoding):
         self.transport = RouterEndpoint(
             settings.context, settings.url, settings.limits, curve=curve, domain=settings.name
         )
+        self.transport.on_dropped = self.malformed
 
     @property
     def endpoint(self) -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 import zmq
 
+import nfgate.edges
 from nfgate.codecs import dcp
 from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Reply, Request
 
@@ -250,3 +252,65 @@ def test_a_hand_on_with_a_stand_in_address_the_worker_no_longer_holds_is_dropped
     send(w, Request(service=b"stage2", client=b"nfgate:1", metadata=(b"m",), data=(b"half",)))
     until(lambda: gw.gateway.edges["dcp"].stats()["stale_forward"] == 1)
     assert gw.gateway.router.stats()["accepted"] == 0
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture, edge: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.getMessage().startswith(edge)
+    ]
+
+
+def test_garbage_is_warned_about_once_a_minute_with_the_count_since(
+    gw: Running, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An operator at INFO learns that a peer speaks something else, without a log line
+    # per message (a hostile peer would flood the log).
+    clock = [1000.0]
+    monkeypatch.setattr(nfgate.edges, "_clock", lambda: clock[0])
+    w = worker(gw, b"echo")
+    client = gw.dealer("dcp")
+    bad = gw.dealer("dcp")
+
+    def garbage_then_a_request(count: int, tag: bytes) -> None:
+        for _ in range(count):
+            bad.send_multipart([b"", b"GET / HTTP/1.1"])
+        # The bad messages were sent first from another socket; once the request is
+        # relayed they are read too (a quiet loop reads every socket that is ready).
+        send(client, Request(service=b"echo", metadata=(tag,), data=(b"1",)))
+        assert serve_one(w).metadata == (tag,)
+        assert get(client).metadata == (tag,)  # type: ignore[attr-defined]
+        until(lambda: gw.gateway.edges["dcp"].stats()["undecodable"] >= total[0])
+
+    total = [5]
+    with caplog.at_level(logging.DEBUG, "nfgate"):
+        garbage_then_a_request(5, b"a")
+        total[0] = 25
+        garbage_then_a_request(20, b"b")
+        [first] = warnings_of(caplog, "dcp: undecodable")
+        assert "1 such message(s)" in first and "at most once a minute" in first
+        clock[0] += 61.0  # a minute on: the next one is warned about, with the count
+        total[0] = 26
+        garbage_then_a_request(1, b"c")
+        assert len(warnings_of(caplog, "dcp: undecodable")) == 2
+        assert "25 such message(s)" in warnings_of(caplog, "dcp: undecodable")[1]
+        # Every one is still at DEBUG for whoever turns it on.
+        debug = [
+            r for r in caplog.records if r.levelno == logging.DEBUG and "undecodable from" in r.getMessage()
+        ]
+        assert len(debug) == 24
+
+
+def test_a_message_over_a_limit_is_warned_about_naming_the_limit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with running_on(tmp_path, "[limits]\nmax_message_bytes = 4096\n") as gw:
+        w = worker(gw, b"echo")
+        client = gw.dealer("dcp")
+        with caplog.at_level(logging.WARNING, "nfgate"):
+            send(client, Request(service=b"echo", metadata=(b"big",), data=(b"x" * 2000,) * 3))
+            send(client, Request(service=b"echo", metadata=(b"small",), data=(b"y",)))
+            assert serve_one(w).metadata == (b"small",)
+            [warning] = warnings_of(caplog, "dcp: too_large")
+            assert "over 4096 bytes, dropped" in warning
