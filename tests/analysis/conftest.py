@@ -3,6 +3,8 @@ master (session scope: the cluster test compares its own run with this one)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,17 @@ from tests.gateway.conftest import echo_one, echo_worker, finish, recv, start_ga
 
 QUIET = "[edges.nfp]\nheartbeat_ms = 60000\n[edges.dcp]\nheartbeat_ms = 60000\n[edges.memodb]\nheartbeat_ms = 60000\n"
 JUNK = {"nfp": [b"x"], "dcp": [b"", b"\x01\x02"]}
+
+
+def analyze_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``nfgate analyze ARGS`` in a child process (its exit code and output as a user sees them)."""
+    return subprocess.run(
+        [sys.executable, "-m", "nfgate", "analyze", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def _traffic(tmp: Path) -> tuple[Path, dict[str, Traffic]]:

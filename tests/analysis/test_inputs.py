@@ -22,19 +22,10 @@ import pytest
 from nfgate.analysis import inputs, report, session, storage
 from nfgate.analysis.job import decode_batches
 from nfgate.errors import ConfigError
+from tests.analysis.conftest import analyze_cli
 from tests.analysis.damaged import NO_FOOTER, damaged_source, odd_segment
 
 pytestmark = [pytest.mark.timeout(120)]
-
-
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nfgate", "analyze", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
 
 
 def test_each_damaged_segment_is_skipped_with_its_reason(tmp_path: Path) -> None:
@@ -51,7 +42,9 @@ def test_a_source_without_a_usable_segment_is_one_line_exit_2_before_any_jvm(tmp
     source.mkdir()
     (source / "capture-20261125T120000-1-00001.parquet").write_bytes(os.urandom(100))
     (source / "capture-20261125T120000-1-00002.parquet.partial").write_bytes(b"PAR1")
-    proc = _cli(str(source), "--out", str(tmp_path / "out"), env={**os.environ, "JAVA_HOME": "/nonexistent"})
+    proc = analyze_cli(
+        str(source), "--out", str(tmp_path / "out"), env={**os.environ, "JAVA_HOME": "/nonexistent"}
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"nfgate: analyze: no usable capture segment in {source}: 2 skipped "
@@ -233,7 +226,7 @@ def test_masters_and_properties_spark_would_refuse_late_are_one_line_exit_2(tmp_
             "(1677-09-21T00:12:44Z to 2262-04-11T23:47:16Z)",
         ),
     ):
-        proc = _cli(str(tmp_path / "src"), "--out", str(tmp_path / "out"), *args, env=env)
+        proc = analyze_cli(str(tmp_path / "src"), "--out", str(tmp_path / "out"), *args, env=env)
         assert (proc.returncode, proc.stderr.strip().splitlines()) == (2, [line]), args
 
 

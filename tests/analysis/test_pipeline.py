@@ -18,7 +18,7 @@ from nfgate.analysis.job import analyze, gateway_label, segments
 from nfgate.capture import Capture, CaptureConfig
 from nfgate.codecs import dcp, nfp
 from nfgate.errors import ConfigError
-from tests.analysis.conftest import JUNK, table
+from tests.analysis.conftest import JUNK, analyze_cli, table
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
@@ -109,20 +109,10 @@ def test_the_report_is_one_self_contained_page_with_its_plots(run: dict[str, Any
         assert text in page
 
 
-def _analyze_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nfgate", "analyze", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-
-
 def test_analyze_without_segments_is_one_line_exit_2(tmp_path: Path) -> None:
     (tmp_path / "only.parquet.partial").write_bytes(b"PAR1")
     for source in (tmp_path, tmp_path / "missing"):
-        proc = _analyze_cli(str(source), "--out", str(tmp_path / "out"))
+        proc = analyze_cli(str(source), "--out", str(tmp_path / "out"))
         assert proc.returncode == 2
         assert len(proc.stderr.strip().splitlines()) == 1 and "analyze:" in proc.stderr
 
@@ -131,7 +121,7 @@ def test_a_bad_master_or_no_java_is_one_line_exit_2(tmp_path: Path) -> None:
     cap = Capture(CaptureConfig(dir=tmp_path / "cap"))
     cap.tap_for("dcp", "dcp", "zmq")("in", "p", [b"x"])
     cap.close()
-    proc = _analyze_cli(str(tmp_path / "cap"), "--out", str(tmp_path / "out"), "--master", "bogus://x")
+    proc = analyze_cli(str(tmp_path / "cap"), "--out", str(tmp_path / "out"), "--master", "bogus://x")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "nfgate: analyze: --master must be local[*], local[N], yarn, spark://HOST:PORT or k8s://URL, got 'bogus://x'"
@@ -142,9 +132,7 @@ def test_a_bad_master_or_no_java_is_one_line_exit_2(tmp_path: Path) -> None:
         "JAVA_HOME": str(tmp_path / "no-java"),
         "TMPDIR": str(tmp_path),
     }  # the log kept there
-    proc = _analyze_cli(
-        str(tmp_path / "cap"), "--out", str(tmp_path / "out"), "--master", "local[1]", env=env
-    )
+    proc = analyze_cli(str(tmp_path / "cap"), "--out", str(tmp_path / "out"), "--master", "local[1]", env=env)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("nfgate: analyze: cannot start Spark on local[1] (") and "Java 17" in last, (
@@ -212,7 +200,7 @@ def test_bad_window_times_are_one_line_exit_2(tmp_path: Path) -> None:
             "nfgate: analyze: --since must be before --until",
         ),
     ):
-        proc = _analyze_cli(str(tmp_path), "--out", str(tmp_path / "out"), *args)
+        proc = analyze_cli(str(tmp_path), "--out", str(tmp_path / "out"), *args)
         assert proc.returncode == 2
         assert proc.stderr.strip().splitlines() == [message]
 
