@@ -462,6 +462,23 @@ class RouterEdge(Edge, Decoding):
         self._fd_of[address] = fd
         self._by_fd[fd] = address
 
+    def moved(self, address: bytes) -> bool:
+        """True when the worker at ``address`` speaks over another connection than the
+        one noted while that one's closing is still to be read: a worker that reconnected
+        under the same identity (ROUTER_HANDOVER) within one batch. What the gateway sent
+        on the old connection may be lost with it, so the caller handles the worker as
+        if the closing had come first (:meth:`connection_closed`); the closing itself,
+        when read, is then ignored. Counted in ``connections_closed``."""
+        if self.transport.monitor is None:
+            return False
+        old = self._fd_of.get(address)
+        if old is None or self._by_fd.get(old) != address or old == self.transport.source_fd():
+            return False
+        del self._fd_of[address], self._by_fd[old]
+        self._reused[old] = self._reused.get(old, 0) + 1  # its closing is still to come
+        self.counters["connections_closed"] += 1
+        return True
+
     def forget_connection(self, address: bytes) -> None:
         """Stop watching the connection of ``address`` (a worker forgotten)."""
         if self.transport.monitor is None:

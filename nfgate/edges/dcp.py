@@ -27,7 +27,7 @@ from typing import ClassVar
 
 from nfgate.codecs._base import Message
 from nfgate.codecs.dcp import codec as wire
-from nfgate.codecs.dcp.messages import Pong, Reconnect, Registration
+from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.dcp.session import Action, PeerState, step
@@ -53,6 +53,8 @@ __all__ = ["DcpEdge"]
 log = logging.getLogger("nfgate.edge.dcp")
 
 STAND_IN = b"nfgate:"
+# The worker messages whose connection the edge notes (RouterEdge.note_connection).
+_BY_CONNECTION = frozenset({Ping.TYPE, Registration.TYPE})
 
 
 def service_text(name: bytes) -> str:
@@ -120,6 +122,10 @@ class DcpEdge(RouterEdge):
 
     def _on_message(self, address: bytes, message: Message, dialect: str, out: list[Command]) -> None:
         worker = self._workers.get(address)
+        if worker is not None and message.TYPE in _BY_CONNECTION and self.moved(address):
+            # It reconnected before its old connection's closing was read: as if read first.
+            out.extend(self.connection_closed(address))
+            worker = None
         state = PeerState.WORKER if worker is not None else PeerState.CLIENT
         _, action = step(state, message.TYPE)
         peer = self.peer(address)

@@ -63,6 +63,8 @@ _PROGRESS = {201: "created", 202: "created", 300: "pending"}
 # A NorFab worker's answers to a GET: "pending" (300), "waiting for input" (102, with
 # the input request), "no such job" (404), or the result (final).
 _GET_ANSWERS = frozenset({102, 300, 404})
+# The worker messages whose connection the edge notes (RouterEdge.note_connection).
+_BY_CONNECTION = frozenset({Keepalive.TYPE, Ready.TYPE})
 # What the gateway is waiting for a NorFab worker to answer, per uuid (_Peer.asked): a
 # client's GET passed on (POLL), its own GET for a result the worker said is ready
 # (FETCH), or a POLL after whose answer the FETCH is still to be sent.
@@ -219,6 +221,9 @@ class NfpEdge(RouterEdge):
         self, address: bytes, message: Message, dialect: str, now_ms: int, out: list[Command]
     ) -> None:
         p = self._record(address, dialect, now_ms)
+        if p.state is PeerState.WORKER and message.TYPE in _BY_CONNECTION and self.moved(address):
+            # It reconnected before its old connection's closing was read: as if read first.
+            out.extend(self.connection_closed(address))
         header: bytes = getattr(message, "header", b"")
         p.state, action = step(p.state, header, message.TYPE)
         peer = self.peer(address)

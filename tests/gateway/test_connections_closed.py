@@ -151,6 +151,11 @@ class _Connections:
     def __init__(self) -> None:
         self.fd = -1
         self.closed: list[int] = []
+        self.sent: list[tuple[bytes, list[bytes]]] = []
+
+    def send(self, identity: bytes, frames: list[bytes]) -> bool:
+        self.sent.append((identity, frames))
+        return True
 
     def watch_connections(self) -> object:
         return self.monitor
@@ -191,4 +196,85 @@ def test_a_closing_read_after_its_fd_was_reused_is_not_taken_for_the_new_connect
     finally:
         edge.transport = real
         edge.close()
+        context.term()
+
+
+def test_a_worker_that_reconnects_before_its_closing_is_read_is_handled_as_closed() -> None:
+    # DCP worker A registered on fd 7; its connection closes (its reply was too large,
+    # say, and lost with it), its DEALER reconnects on fd 9 under the same identity and
+    # beats, and that PING is read before fd 7's closing. A must not keep its requests
+    # as if nothing happened: it is unregistered (its requests go to another worker) and
+    # told to RECONNECT, as when the closing is read first; the closing then counts once.
+    from nfgate.codecs.dcp.messages import Ping, Reconnect
+    from nfgate.edges import EdgeSettings
+    from nfgate.edges.dcp import DcpEdge
+    from nfgate.model import Unregister
+
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    edge = DcpEdge(EdgeSettings(name="dcp", protocol="dcp", url="tcp://127.0.0.1:0", context=context))
+    real, fake = edge.transport, _Connections()
+    try:
+        edge.transport = fake  # type: ignore[assignment]
+        edge.side_inputs()
+        out: list[object] = []
+        fake.fd = 7
+        edge._on_message(b"A", Registration(service=b"svc"), "spec", out)  # type: ignore[arg-type]
+        out.clear()
+        fake.fd = 9
+        edge._on_message(b"A", Ping(), "spec", out)  # type: ignore[arg-type]
+        assert [type(c) for c in out if isinstance(c, Unregister)] == [Unregister]
+        assert b"A" not in edge._workers
+        assert isinstance(dcp.decode(fake.sent[-1][1], "spec"), Reconnect)
+        fake.closed = [7]  # the old connection's closing, read only now
+        assert edge._connections_closed(0) == []
+        assert edge.counters["connections_closed"] == 1
+        # A registers again on fd 9 and is watched there: its own closing removes it.
+        edge._on_message(b"A", Registration(service=b"svc"), "spec", [])  # type: ignore[arg-type]
+        fake.closed = [9]
+        (gone,) = edge._connections_closed(0)
+        assert isinstance(gone, Unregister) and gone.peer.address == b"A"
+    finally:
+        edge.transport = real
+        edge.close()
+        context.term()
+
+
+def test_an_nfp_worker_that_reconnects_before_its_closing_is_read_is_handled_as_closed(
+    tmp_path: Path,
+) -> None:
+    # As above for NFP: the KEEPALIVE on the new connection finds the worker gone and is
+    # answered DISCONNECT (the spec's answer to a worker it does not know), after which
+    # the worker sends READY again.
+    from nfgate.codecs.nfp.messages import Disconnect
+    from nfgate.edges import EdgeSettings
+    from nfgate.edges.nfp import NfpEdge
+    from nfgate.model import Register, Unregister
+    from nfgate.store import JobStore
+
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    store = JobStore(tmp_path / "jobs.sqlite3", fsync=False)
+    edge = NfpEdge(
+        EdgeSettings(name="nfp", protocol="nfp", url="tcp://127.0.0.1:0", context=context), store=store
+    )
+    real, fake = edge.transport, _Connections()
+    try:
+        edge.transport = fake  # type: ignore[assignment]
+        edge.side_inputs()
+        out: list[object] = []
+        fake.fd = 7
+        for message in (Open(header=WORKER), Ready(service="svc")):
+            edge._on_message(b"A", message, "spec", 0, out)  # type: ignore[arg-type]
+        assert [type(c) for c in out] == [Register]
+        out.clear()
+        fake.fd = 9
+        edge._on_message(b"A", Keepalive(header=WORKER, service="svc"), "spec", 0, out)  # type: ignore[arg-type]
+        assert [type(c) for c in out] == [Unregister]
+        assert isinstance(nfp.decode(fake.sent[-1][1], "spec"), Disconnect)
+        fake.closed = [7]
+        assert edge._connections_closed(0) == []
+        assert edge.counters["connections_closed"] == 1
+    finally:
+        edge.transport = real
+        edge.close()
+        store.close()
         context.term()
