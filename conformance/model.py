@@ -108,10 +108,10 @@ class Case:
     ``dialects`` is empty when the case applies to every dialect of the role.
     ``heartbeats`` adds that many heartbeat intervals to the case's deadline (cases
     that wait for liveness to expire), ``timeouts`` is how many ``--timeout`` waits it
-    holds (cases that wait for several answers in turn); ``disruptive`` cases run after the others that
-    talk to the peer, as they may leave it unreachable (a peer that fails one must not
-    get the blame in the cases after it); ``final`` cases run last, over what every
-    other case saw.
+    holds (cases that wait for several answers in turn); ``disruptive`` cases run
+    after the others that talk to the peer, as they may leave it unreachable (a peer
+    that fails one must not get the blame in the cases after it); ``final`` cases run
+    last, over what every other case saw.
     """
 
     id: str
