@@ -38,6 +38,10 @@ __all__ = [
     "PartState",
     "Waitlist",
     "advance",
+    "best_queue",
+    "forget_in",
+    "mark_free",
+    "unindex",
     "with_field",
 ]
 
@@ -335,3 +339,66 @@ class WorkerState:
     @property
     def free(self) -> bool:
         return self.capacity > len(self.in_flight)
+
+
+# --------------------------------------------------------------- the core's indexes
+# Functions over the indexes nfgate.routing.Router keeps (its queues by service and
+# version, its free and provider sets by service name), so that module reads as the
+# requests' flow. Each takes the dicts it changes.
+
+Queues = dict[str, dict[str | None, FairQueue]]
+PeerSets = dict[str, OrderedDict[Peer, None]]
+
+
+def best_queue(queues: Queues, w: WorkerState) -> tuple[int, str, str | None] | None:
+    """(head seq, name, version) of the queue ``w`` serves whose head waited longest."""
+    best: tuple[int, str, str | None] | None = None
+    for name in w.names:
+        by_version = queues.get(name)
+        if not by_version:
+            continue
+        for version, queue in by_version.items():
+            if not w.offers_version(name, version):
+                continue
+            head = queue.peek()
+            if head is not None and (best is None or head.seq < best[0]):
+                best = (head.seq, name, version)
+    return best
+
+
+def mark_free(free_sets: PeerSets, w: WorkerState, *, used: bool) -> None:
+    """Keep ``w`` in the free sets iff it has a free slot; ``used`` sends it to the back."""
+    peer = w.peer
+    if w.free:
+        for name in w.names:
+            free = free_sets.get(name)
+            if free is None:
+                free = free_sets[name] = OrderedDict()
+            if used or peer not in free:
+                free[peer] = None
+                free.move_to_end(peer)
+    else:
+        for name in w.names:
+            free = free_sets.get(name)
+            if free is not None and free.pop(peer, 0) is None and not free:
+                del free_sets[name]
+
+
+def unindex(providers: dict[str, dict[Peer, None]], free_sets: PeerSets, w: WorkerState) -> None:
+    """Take ``w`` out of the providers and free sets of the services it offers."""
+    for name in w.names:
+        offering = providers[name]
+        del offering[w.peer]
+        if not offering:
+            del providers[name]
+        free = free_sets.get(name)
+        if free is not None and free.pop(w.peer, 0) is None and not free:
+            del free_sets[name]
+
+
+def forget_in(lists: dict[str, Waitlist], key: str) -> None:
+    """Drop one dead entry of the waitlist at ``key``, and the waitlist once it is empty."""
+    wl = lists[key]
+    wl.forget()
+    if not wl.live:
+        del lists[key]

@@ -32,7 +32,21 @@ from nfgate.model import (
     TargetKind,
     Unregister,
 )
-from nfgate.queues import Event, FairQueue, Job, Part, PartState, Waitlist, WorkerState, advance, with_field
+from nfgate.queues import (
+    Event,
+    FairQueue,
+    Job,
+    Part,
+    PartState,
+    Waitlist,
+    WorkerState,
+    advance,
+    best_queue,
+    forget_in,
+    mark_free,
+    unindex,
+    with_field,
+)
 from nfgate.routing_types import (
     COUNTERS,
     STATUS_CANCELLED,
@@ -256,7 +270,7 @@ class Router:
                 w = self._workers[peer]
                 if w.offers(ref):
                     self._dispatch(part, w, now, out)
-                    self._refresh_free(w, used=True)
+                    mark_free(self._free, w, used=True)
                     return
         self._enqueue(part, now, retry=retry)
 
@@ -305,11 +319,11 @@ class Router:
         ref = part.job.request.service
         self._uncount(ref.name)
         if part.placeholder:
-            self._forget(self._all_wait, ref.name)
+            forget_in(self._all_wait, ref.name)
         elif part.bound is not None:
             self._workers[part.bound].backlog.forget()
         elif part.name is not None:
-            self._forget(self._named_wait, part.name)
+            forget_in(self._named_wait, part.name)
         else:
             queues = self._queues[ref.name]
             queues[ref.version].forget()
@@ -321,13 +335,6 @@ class Router:
             self._queued_count[name] = left
         else:
             del self._queued_count[name]
-
-    @staticmethod
-    def _forget(lists: dict[str, Waitlist], key: str) -> None:
-        wl = lists[key]
-        wl.forget()
-        if not wl.live:
-            del lists[key]
 
     def _prune_queue(self, name: str, version: str | None) -> None:
         queues = self._queues[name]
@@ -362,7 +369,7 @@ class Router:
         used = False
         while w.free:
             bound = w.backlog.peek()
-            shared = self._best_queue_for(w)
+            shared = best_queue(self._queues, w)
             if shared is not None and (bound is None or shared[0] < bound.seq):
                 part = self._pop_queue(shared[1], shared[2])
             elif bound is not None:
@@ -372,46 +379,14 @@ class Router:
                 break
             self._dispatch(part, w, now, out)
             used = True
-        self._refresh_free(w, used=used)
-
-    def _best_queue_for(self, w: WorkerState) -> tuple[int, str, str | None] | None:
-        """(head seq, name, version) of the queue ``w`` serves whose head waited longest."""
-        best: tuple[int, str, str | None] | None = None
-        for name in w.names:
-            queues = self._queues.get(name)
-            if not queues:
-                continue
-            for version, queue in queues.items():
-                if not w.offers_version(name, version):
-                    continue
-                head = queue.peek()
-                if head is not None and (best is None or head.seq < best[0]):
-                    best = (head.seq, name, version)
-        return best
+        mark_free(self._free, w, used=used)
 
     def _pop_queue(self, name: str, version: str | None) -> Part:
         part = self._queues[name][version].pop()
-        if part is None:  # pragma: no cover - _best_queue_for just saw a live head
+        if part is None:  # pragma: no cover - best_queue just saw a live head
             raise StateError("core", f"queue {name}/{version} emptied under us")
         self._prune_queue(name, version)
         return part
-
-    def _refresh_free(self, w: WorkerState, *, used: bool) -> None:
-        """Keep ``w`` in the free sets iff it has a free slot; ``used`` sends it to the back."""
-        peer = w.peer
-        if w.free:
-            for name in w.names:
-                free = self._free.get(name)
-                if free is None:
-                    free = self._free[name] = OrderedDict()
-                if used or peer not in free:
-                    free[peer] = None
-                    free.move_to_end(peer)
-        else:
-            for name in w.names:
-                free = self._free.get(name)
-                if free is not None and free.pop(peer, 0) is None and not free:
-                    del self._free[name]
 
     def _finish(self, part: Part, event: Event, status: int, reason: str, out: list[Output]) -> None:
         """End a part with an error reply from the core."""
@@ -564,7 +539,7 @@ class Router:
             if w.keeps_its_work(cmd):
                 # New services, still offering what it is working on (a SADA server's INTR
                 # "after any change"): the same worker, its requests left with it.
-                self._unindex(w)
+                unindex(self._providers, self._free, w)
                 w.reoffer(cmd)
             else:
                 reason = "registered again, as another worker"
@@ -601,17 +576,6 @@ class Router:
         placeholder.job.open -= 1
         self._fan_out(placeholder.job, now, out)
 
-    def _unindex(self, w: WorkerState) -> None:
-        """Take ``w`` out of the providers and free sets of the services it offers."""
-        for name in w.names:
-            providers = self._providers[name]
-            del providers[w.peer]
-            if not providers:
-                del self._providers[name]
-            free = self._free.get(name)
-            if free is not None and free.pop(w.peer, 0) is None and not free:
-                del self._free[name]
-
     def _remove_worker(
         self, w: WorkerState, now: int, out: list[Output], *, evict_reason: str | None, reason: str
     ) -> None:
@@ -624,7 +588,7 @@ class Router:
         )
         if w.timeout:
             self._liveness[w.timeout].pop(peer, None)
-        self._unindex(w)
+        unindex(self._providers, self._free, w)
         if w.name and self._by_name.get(w.name) == peer:
             del self._by_name[w.name]
         if evict_reason is not None:

@@ -28,7 +28,7 @@ import socket
 import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import zmq
 
@@ -54,8 +54,9 @@ from nfgate.codecs.dbp.session import (
 from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, WireCounts, forget_oldest
 from nfgate.edges.dbp_catalog import ServiceCache, answer
 from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, option_address
+from nfgate.edges.dbp_service import Service, udp_target
 from nfgate.errors import DecodeError, EncodeError, TransportError
-from nfgate.model import Catalog, Command, Heartbeat, Lookup, Register, Reply, Request, Unregister
+from nfgate.model import Catalog, Command, Heartbeat, Lookup, Register, Reply, Unregister
 from nfgate.routing_types import Abort, Accepted, Dispatch, Evict, Output
 from nfgate.store import JobStore
 from nfgate.transports.udp import Address, UdpEndpoint, parse_address
@@ -67,45 +68,6 @@ log = logging.getLogger("nfgate.edge.dbp")
 MAX_SERVICES = 10_000  # registered at once; beyond it a registration is DENIED
 MAX_PENDING = 1_000  # info requests one peer may have unanswered (they are answered at once)
 WORKER_PREFIX = "dbp-"  # worker names the core and NFP clients see: dbp-<service name>
-
-
-class _Service:
-    """One registered DBP service (one ROUTER identity)."""
-
-    __slots__ = (
-        "address",
-        "beats",
-        "beats_heard",
-        "beats_sent",
-        "dialect",
-        "function",
-        "held",
-        "info",
-        "name",
-        "udp_to",
-    )
-
-    def __init__(self, address: bytes, name: str, info: dict[str, Any], dialect: str) -> None:
-        self.address = address
-        self.name = name
-        self.info = info
-        self.dialect = dialect
-        self.function = ""  # the core service it works for; "" when only catalogued
-        self.beats: Liveness | None = None  # None: no heartbeats (Hermes)
-        self.beats_sent = self.beats_heard = 0  # <3 both ways, UDP or ZeroMQ (show_workers)
-        self.udp_to: Address | None = None
-        self.held: dict[int, Request] = {}
-
-
-def _udp_target(info: dict[str, Any]) -> Address | None:
-    # Only IPv4 literals: resolving a host name here would block the event loop.
-    ip, port = info.get("ip"), info.get("port")
-    if not isinstance(ip, str) or not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-        return None
-    try:
-        return (str(ipaddress.IPv4Address(ip)), port)
-    except ValueError:
-        return None
 
 
 class DbpEdge(RouterEdge):
@@ -164,7 +126,7 @@ class DbpEdge(RouterEdge):
         self._beacon_due: int | None = 0 if self._beacon is not None else None
         self._liveness = liveness
         self._dialects: OrderedDict[bytes, str] = OrderedDict()
-        self._services: dict[bytes, _Service] = {}
+        self._services: dict[bytes, Service] = {}
         self._by_name: dict[str, bytes] = {}
         self._pending: dict[bytes, deque[tuple[str, str]]] = {}
         self.cache = ServiceCache()
@@ -354,7 +316,7 @@ class DbpEdge(RouterEdge):
             taken = self._services[holder]
             self._send(holder, wire.Disconnect(time=time.time()), taken.dialect)
             self._forget(taken, out, "its name was registered from another connection")
-        svc = _Service(address, name, info, dialect)
+        svc = Service(address, name, info, dialect)
         changes = self._configure(svc, now)
         self._services[address] = svc
         self._by_name[name] = address
@@ -364,7 +326,7 @@ class DbpEdge(RouterEdge):
         if svc.function:
             out.append(self._register_command(svc))
 
-    def _configure(self, svc: _Service, now: int) -> tuple[bytes, ...]:
+    def _configure(self, svc: Service, now: int) -> tuple[bytes, ...]:
         """Derive the worker role, heartbeat path and interval from ``svc.info``; returns
         the APPROVED configuration changes (the interval when the broker adjusted it)."""
         info = svc.info
@@ -372,7 +334,7 @@ class DbpEdge(RouterEdge):
             return ()
         function = info.get("function")
         svc.function = function if isinstance(function, str) and info.get("worker", True) is not False else ""
-        svc.udp_to = _udp_target(info)
+        svc.udp_to = udp_target(info)
         seconds = float(info["heartbeat"])
         interval = heartbeat_ms(seconds)
         mode = Mode.UDP if svc.udp_to is not None and self.udp is not None else Mode.ZMQ
@@ -387,7 +349,7 @@ class DbpEdge(RouterEdge):
             return (json.dumps({"heartbeat": interval / 1000}).encode(),)
         return ()
 
-    def _register_command(self, svc: _Service) -> Register:
+    def _register_command(self, svc: Service) -> Register:
         return Register(
             peer=self.peer(svc.address),
             services=(self.service(svc.function),),
@@ -395,7 +357,7 @@ class DbpEdge(RouterEdge):
             name=WORKER_PREFIX + svc.name,
         )
 
-    def _update(self, svc: _Service, msg: DbpUpdate, now: int, out: list[Command]) -> None:
+    def _update(self, svc: Service, msg: DbpUpdate, now: int, out: list[Command]) -> None:
         try:
             update = wire.service_info(msg)
         except DecodeError as exc:
@@ -421,7 +383,7 @@ class DbpEdge(RouterEdge):
             if svc.function:
                 out.append(self._register_command(svc))
 
-    def _forget(self, svc: _Service, out: list[Command], reason: str, *, announce: bool = True) -> None:
+    def _forget(self, svc: Service, out: list[Command], reason: str, *, announce: bool = True) -> None:
         """Drop ``svc``: unregister its worker, keep its information as inactive (unless
         ``announce`` is False: it is registering again under the same name)."""
         self._services.pop(svc.address, None)
@@ -437,7 +399,7 @@ class DbpEdge(RouterEdge):
 
     # ----------------------------------------------------------------- worker
 
-    def _reply(self, svc: _Service, msg: DbpReply, out: list[Command]) -> None:
+    def _reply(self, svc: Service, msg: DbpReply, out: list[Command]) -> None:
         peer = self.peer(svc.address)
         envelope = parse_reply(msg.info)
         if envelope is not None and envelope.request_id is not None:
@@ -564,7 +526,7 @@ class DbpEdge(RouterEdge):
     def beat_record(self, address: bytes) -> BeatCounts | None:
         return self._services.get(address)
 
-    def _beat(self, svc: _Service, beats: Liveness, now: int, out: list[Command]) -> None:
+    def _beat(self, svc: Service, beats: Liveness, now: int, out: list[Command]) -> None:
         due = beats.due(now, self._liveness)
         if due is not None:
             beats, action = beats.on(due, now)

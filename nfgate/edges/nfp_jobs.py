@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import logging
 import sqlite3
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -30,15 +29,16 @@ from nfgate.codecs.nfp import codec as wire
 from nfgate.codecs.nfp import session as nfpjson
 from nfgate.codecs.nfp.messages import BROKER, Delete, Event, Get, Post, Put, Response, Stream
 from nfgate.codecs.nfp.targets import PSEUDO_SERVICE, format_target, parse_target, pseudo_targets
+from nfgate.edges.nfp_job import INTERIM_CLASS, Job, error_response, job_target, nfp_status, wall_ms
 from nfgate.errors import DecodeError, EncodeError
-from nfgate.model import ALL, ANY, Cancel, Command, Peer, Request, ServiceRef, Status, Target, TargetKind
+from nfgate.model import Cancel, Command, Peer, Request, ServiceRef, Status, Target, TargetKind
 from nfgate.routing_types import STATUS_CANCELLED, Accepted, Deliver
 from nfgate.store import JobRecord, JobState, JobStore
 
 if TYPE_CHECKING:
     from nfgate.edges.nfp import NfpEdge
 
-__all__ = ["NfpJobs", "nfp_status"]
+__all__ = ["NfpJobs"]
 
 log = logging.getLogger("nfgate.edge.nfp")
 
@@ -48,78 +48,6 @@ EXPIRE_BATCH = 200
 EXPIRE_EVERY_MS = 1000
 EXPIRE_BACKLOG_MS = 50
 
-# The NFP spec's status list has no 503/504 ("MAY NOT use status codes not defined"):
-# a worker timeout is 408 (design.md), a full queue an internal error.
-_SPEC_STATUS = {Status.GATEWAY_TIMEOUT: Status.REQUEST_TIMEOUT, Status.UNAVAILABLE: Status.ERROR}
-_INTERIM_CLASS: dict[str, type[Response] | type[Event] | type[Stream]] = {
-    "event": Event,
-    "stream": Stream,
-}
-
-
-def nfp_status(status: int) -> int:
-    return int(_SPEC_STATUS.get(status, status))  # type: ignore[call-overload]
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def to_target(parsed: str | tuple[str, ...]) -> Target:
-    # The shared frozen ANY and ALL: nothing to build for the common targets.
-    if parsed == "any":
-        return ANY
-    if parsed == "all":
-        return ALL
-    return Target(kind=TargetKind.NAMED, names=tuple(parsed))
-
-
-def job_target(service: str, parsed: str | tuple[str, ...]) -> Target:
-    """The core's target for a job: NorFab's pseudo-service ``all`` (its names already
-    resolved by :func:`pseudo_targets`) takes the named workers whatever their service.
-    Raises ValueError for the pseudo-service with ``any`` or ``all`` left unresolved."""
-    if service == PSEUDO_SERVICE:
-        if isinstance(parsed, str):
-            raise ValueError(f"pseudo-service target {parsed!r} is not resolved to workers")
-        return Target(kind=TargetKind.NAMED, names=parsed, any_service=True)
-    return to_target(parsed)
-
-
-def _error_response(service: str, uuid: str, status: int, reason: str) -> Response:
-    body = nfpjson.error_body(uuid, service, "FAILED", [reason])
-    return Response(header=BROKER, service=service or "-", uuid=uuid or "-", status=status, body=(body,))
-
-
-class _Job:
-    __slots__ = (
-        "announced",
-        "answered",
-        "client",
-        "core_id",
-        "dialect",
-        "inline",
-        "recovered",
-        "refused",
-        "service",
-        "target",
-        "told",
-        "uuid",
-    )
-
-    def __init__(self, *, uuid: str, client: bytes, dialect: str, service: str, target: str) -> None:
-        self.uuid = uuid
-        self.client = client
-        self.dialect = dialect
-        self.service = service
-        self.target = target
-        self.core_id = 0
-        self.announced: list[str] = []  # worker names the client was told (NorFab's 202)
-        self.answered: set[str] = set()
-        self.inline = ""  # the worker whose result the job's row holds (JobStore.add_result)
-        self.recovered = False
-        self.refused = False  # its record could not be stored: the client gets 500, not 202
-        self.told = False  # the client has had that 500
-
 
 class NfpJobs:
     """The job records of one NFP edge (see the module docstring)."""
@@ -128,12 +56,12 @@ class NfpJobs:
         self._edge = edge
         self._store = store
         self._clock = clock
-        self._live: dict[int, _Job] = {}
-        self._by_uuid: dict[str, _Job] = {}
+        self._live: dict[int, Job] = {}
+        self._by_uuid: dict[str, Job] = {}
         # Messages for clients, held until the batch's commit; each with the job it is
         # about (None for GET answers and errors), so a refused job's can be replaced.
-        self._outbox: list[tuple[bytes, list[bytes], _Job | None]] = []
-        self._batch: list[_Job] = []  # jobs whose records the open transaction holds
+        self._outbox: list[tuple[bytes, list[bytes], Job | None]] = []
+        self._batch: list[Job] = []  # jobs whose records the open transaction holds
         self._failing = False  # the last durable commit failed (logged once per outage)
         self._next_expiry: int | None = None  # monotonic ms of the next purge (None: at once)
 
@@ -198,7 +126,7 @@ class NfpJobs:
                 return []
             text = format_target(parsed, "norfab")
         target = job_target(service, parsed)
-        job = _Job(uuid=uuid, client=peer.address, dialect=dialect, service=service, target=text)
+        job = Job(uuid=uuid, client=peer.address, dialect=dialect, service=service, target=text)
         self._by_uuid[uuid] = job
         return [
             Request(
@@ -324,7 +252,7 @@ class NfpJobs:
             cancel = self._refuse(job)
             job.told = True
             self._send(
-                job.client, job.dialect, _error_response(job.service, uuid, Status.ERROR, self._refusal(exc))
+                job.client, job.dialect, error_response(job.service, uuid, Status.ERROR, self._refusal(exc))
             )
             return [cancel]
         if not added:  # a uuid some earlier job used: refuse it, undo the routing
@@ -336,13 +264,13 @@ class NfpJobs:
         self._ack(job, names)
         return []
 
-    def _ack(self, job: _Job, names: list[str]) -> None:
+    def _ack(self, job: Job, names: list[str]) -> None:
         job.announced = names
         self._respond(
             job, Status.ACCEPTED, (nfpjson.accepted_body(job.uuid, job.service, job.target, names),)
         )
 
-    def _refuse(self, job: _Job) -> Cancel:
+    def _refuse(self, job: Job) -> Cancel:
         """Give up a job whose record could not be stored: no 202 may be sent for it.
         The client is told 500 instead (by the caller, or by :meth:`flush` in place of
         the held 202), its uuid is free to be POSTed again, and the returned Cancel
@@ -456,7 +384,7 @@ class NfpJobs:
         except sqlite3.Error as exc:
             self._store_failed(exc)
 
-    def _key(self, job: _Job, name: str) -> str:
+    def _key(self, job: Job, name: str) -> str:
         """The name a NorFab client expects this result under (see keyed_result)."""
         if not job.announced:  # queued at POST time: tell the client who serves it now
             self._ack(job, [name])
@@ -469,7 +397,7 @@ class NfpJobs:
                 return announced
         return name
 
-    def _failure(self, job: _Job, name: str, status: int, reason: str) -> tuple[int, tuple[bytes, ...]]:
+    def _failure(self, job: Job, name: str, status: int, reason: str) -> tuple[int, tuple[bytes, ...]]:
         if status == STATUS_CANCELLED:
             return status, ()
         if job.dialect == "norfab" and (name or job.announced):
@@ -479,10 +407,10 @@ class NfpJobs:
         code = nfp_status(status)
         return code, (nfpjson.error_body(job.uuid, job.service, "FAILED", [reason]),)
 
-    def _interim(self, job: _Job, status: int, progress: str, body: tuple[bytes, ...]) -> None:
+    def _interim(self, job: Job, status: int, progress: str, body: tuple[bytes, ...]) -> None:
         if job.dialect != "norfab":
             return  # 201, EVENT and STREAM are NorFab's; the spec has none of them
-        cls = _INTERIM_CLASS.get(progress, Response)
+        cls = INTERIM_CLASS.get(progress, Response)
         self._send(
             job.client,
             job.dialect,
@@ -499,7 +427,7 @@ class NfpJobs:
             if rec.edge != self._edge.name:
                 continue
             dialect = rec.protocol.partition("/")[2] or "spec"
-            job = _Job(
+            job = Job(
                 uuid=rec.uuid, client=rec.client, dialect=dialect, service=rec.service, target=rec.target
             )
             job.recovered = True
@@ -527,9 +455,9 @@ class NfpJobs:
 
     def _error(self, address: bytes, dialect: str, service: str, uuid: str, status: int, reason: str) -> None:
         self.count("client_errors")
-        self._send(address, dialect, _error_response(service, uuid, status, reason))
+        self._send(address, dialect, error_response(service, uuid, status, reason))
 
-    def _respond(self, job: _Job, status: int, body: tuple[bytes, ...]) -> None:
+    def _respond(self, job: Job, status: int, body: tuple[bytes, ...]) -> None:
         """A RESPONSE to ``job``'s client, into the outbox: the 202 and the results,
         built from their parts (``response_frames``: no message object per reply)."""
         try:
@@ -540,7 +468,7 @@ class NfpJobs:
         self._outbox.append((job.client, frames, job))
 
     def _send(
-        self, address: bytes, dialect: str, message: Response | Event | Stream, job: _Job | None = None
+        self, address: bytes, dialect: str, message: Response | Event | Stream, job: Job | None = None
     ) -> None:
         frames = self._edge.encode(message, dialect)
         if frames is not None:
@@ -578,7 +506,7 @@ class NfpJobs:
             outbox, self._outbox = self._outbox, []
             self._send_outbox(outbox, refusal)
 
-    def _stored_batch(self, batch: list[_Job], step: Callable[[], None]) -> str:
+    def _stored_batch(self, batch: list[Job], step: Callable[[], None]) -> str:
         """Run one step of storing the batch (its COMMIT, then its fsync); if it fails,
         refuse the batch's jobs and return the reason, else return ""."""
         try:
@@ -590,7 +518,7 @@ class NfpJobs:
             return self._refusal(exc)
         return ""
 
-    def _send_outbox(self, outbox: list[tuple[bytes, list[bytes], _Job | None]], refusal: str) -> None:
+    def _send_outbox(self, outbox: list[tuple[bytes, list[bytes], Job | None]], refusal: str) -> None:
         send = self._edge.send
         for address, held, about in outbox:
             frames: list[bytes] | None = held
@@ -602,9 +530,9 @@ class NfpJobs:
             if frames is not None:
                 send(address, frames)
 
-    def _refusal_frames(self, job: _Job, reason: str) -> list[bytes] | None:
+    def _refusal_frames(self, job: Job, reason: str) -> list[bytes] | None:
         reason = reason or "job store unavailable, job not accepted"
-        return self._edge.encode(_error_response(job.service, job.uuid, Status.ERROR, reason), job.dialect)
+        return self._edge.encode(error_response(job.service, job.uuid, Status.ERROR, reason), job.dialect)
 
     # ------------------------------------------------------------ retention
 

@@ -1,0 +1,94 @@
+"""One NFP job as the NFP edge's job table tracks it, and the mappings the table
+applies to every job: the core's status to an NFP status, a parsed target to the core's
+:class:`~nfgate.model.Target`, a broker error to a RESPONSE. Pure: no store, no socket.
+"""
+
+from __future__ import annotations
+
+import time
+
+from nfgate.codecs.nfp import session as nfpjson
+from nfgate.codecs.nfp.messages import BROKER, Event, Response, Stream
+from nfgate.codecs.nfp.targets import PSEUDO_SERVICE
+from nfgate.model import ALL, ANY, Status, Target, TargetKind
+
+__all__ = ["INTERIM_CLASS", "Job", "error_response", "job_target", "nfp_status", "to_target", "wall_ms"]
+
+# The NFP spec's status list has no 503/504 ("MAY NOT use status codes not defined"):
+# a worker timeout is 408 (design.md), a full queue an internal error.
+_SPEC_STATUS = {Status.GATEWAY_TIMEOUT: Status.REQUEST_TIMEOUT, Status.UNAVAILABLE: Status.ERROR}
+INTERIM_CLASS: dict[str, type[Response] | type[Event] | type[Stream]] = {
+    "event": Event,
+    "stream": Stream,
+}
+
+
+def nfp_status(status: int) -> int:
+    """The status an NFP client is sent for the core's ``status`` (never raises)."""
+    return int(_SPEC_STATUS.get(status, status))  # type: ignore[call-overload]
+
+
+def wall_ms() -> int:
+    """Wall-clock milliseconds: job records carry the time a user reads (retention)."""
+    return time.time_ns() // 1_000_000
+
+
+def to_target(parsed: str | tuple[str, ...]) -> Target:
+    """The core's target for a parsed NFP target (never raises)."""
+    # The shared frozen ANY and ALL: nothing to build for the common targets.
+    if parsed == "any":
+        return ANY
+    if parsed == "all":
+        return ALL
+    return Target(kind=TargetKind.NAMED, names=tuple(parsed))
+
+
+def job_target(service: str, parsed: str | tuple[str, ...]) -> Target:
+    """The core's target for a job: NorFab's pseudo-service ``all`` (its names already
+    resolved by :func:`pseudo_targets`) takes the named workers whatever their service.
+    Raises ValueError for the pseudo-service with ``any`` or ``all`` left unresolved."""
+    if service == PSEUDO_SERVICE:
+        if isinstance(parsed, str):
+            raise ValueError(f"pseudo-service target {parsed!r} is not resolved to workers")
+        return Target(kind=TargetKind.NAMED, names=parsed, any_service=True)
+    return to_target(parsed)
+
+
+def error_response(service: str, uuid: str, status: int, reason: str) -> Response:
+    """The broker's RESPONSE with ``status`` and a NorFab-shaped error body naming ``reason``."""
+    body = nfpjson.error_body(uuid, service, "FAILED", [reason])
+    return Response(header=BROKER, service=service or "-", uuid=uuid or "-", status=status, body=(body,))
+
+
+class Job:
+    """One POSTed job while the edge holds it: its client, how the client speaks, what it
+    was told (NorFab's 202 names workers) and which results are in."""
+
+    __slots__ = (
+        "announced",
+        "answered",
+        "client",
+        "core_id",
+        "dialect",
+        "inline",
+        "recovered",
+        "refused",
+        "service",
+        "target",
+        "told",
+        "uuid",
+    )
+
+    def __init__(self, *, uuid: str, client: bytes, dialect: str, service: str, target: str) -> None:
+        self.uuid = uuid
+        self.client = client
+        self.dialect = dialect
+        self.service = service
+        self.target = target
+        self.core_id = 0
+        self.announced: list[str] = []  # worker names the client was told (NorFab's 202)
+        self.answered: set[str] = set()
+        self.inline = ""  # the worker whose result the job's row holds (JobStore.add_result)
+        self.recovered = False
+        self.refused = False  # its record could not be stored: the client gets 500, not 202
+        self.told = False  # the client has had that 500
