@@ -7,7 +7,7 @@ from nfgate.model import ALL, Forward, Reply
 from nfgate.routing import Router
 from nfgate.routing_types import Deliver, Dispatch, Evict
 
-from .test_routing import CA, CFG, W1, W2, W3, dispatched, of, reg, req, submit, svc
+from .routing_helpers import CA, CFG, W1, W2, W3, dispatched, of, reg, req, submit, svc
 
 
 def test_a_request_for_any_worker_moves_on_and_its_reply_goes_home() -> None:

@@ -1,12 +1,9 @@
-"""The MemoDB edge (specs/memodb.md) against raw pynng req0 peers, and MemoDB requests
-crossing to DCP and NFP peers."""
+"""The MemoDB edge (specs/memodb.md) against raw pynng req0 peers on a gateway with a fast
+heartbeat, and MemoDB requests crossing to DCP and NFP peers."""
 
 from __future__ import annotations
 
 import random
-import shutil
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +12,6 @@ from pathlib import Path
 import cbor2
 import pynng
 import pytest
-import zmq
 
 from nfgate.codecs import dcp, memodb, nfp
 from nfgate.codecs.dcp.messages import Registration
@@ -24,34 +20,12 @@ from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.memodb.messages import Disconnect, Heartbeat, Job, Ready, Result
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Keepalive, Post, Response
 from nfgate.codecs.nfp.messages import Ready as NfpReady
-from nfgate.config import load
-from nfgate.serve import build
-from nfgate.transports.nng import client_tls, connect_req
-from tests.ports import random_binds
+from nfgate.transports.nng import connect_req
 
 from .conftest import Running, beats, finish, recv, start_gateway, until
+from .memodb_helpers import FAST, Peers, _echo_worker, edge_stats, get, next_job, ready, send
 
 pytestmark = pytest.mark.timeout(60)
-
-FAST = "[edges.memodb]\nheartbeat_ms = 300\n"  # long-poll answered with HEARTBEAT after 0.3 s
-
-
-class Peers:
-    """req0 sockets on the gateway's MemoDB edge, closed at the end of the test."""
-
-    def __init__(self, gw: Running) -> None:
-        self.gw = gw
-        self.url = gw.endpoint("memodb")
-        self.socks: list[pynng.Req0] = []
-
-    def req(self, recv_ms: int = 3000) -> pynng.Req0:
-        sock = connect_req(self.url, recv_timeout_ms=recv_ms)
-        self.socks.append(sock)
-        return sock
-
-    def close(self) -> None:
-        for sock in self.socks:
-            sock.close()
 
 
 @pytest.fixture
@@ -63,41 +37,6 @@ def fast(tmp_path: Path) -> Iterator[tuple[Running, Peers]]:
     finally:
         peers.close()
         finish(gw)
-
-
-def send(sock: pynng.Req0 | pynng.Context, message: object, dialect: str = "spec") -> None:
-    [data] = memodb.encode(message, dialect)  # type: ignore[arg-type]
-    sock.send(data)
-
-
-def get(sock: pynng.Req0 | pynng.Context, dialect: str = "spec") -> object:
-    return memodb.decode([sock.recv()], dialect)
-
-
-def ready(gw: Running, sock: pynng.Req0, *services: str) -> None:
-    """READY, and wait until the core has the worker (the reply is held: a long-poll)."""
-
-    def offering() -> int:
-        return sum(1 for w in gw.gateway.router.workers() if services[0] in {s.name for s in w.services})
-
-    before = offering()
-    send(sock, Ready(services=services))
-    until(lambda: offering() > before)
-
-
-def next_job(sock: pynng.Req0, dialect: str = "spec") -> Job:
-    """The next JOB for a worker, answering the HEARTBEATs that come first."""
-    for _ in range(20):
-        message = get(sock, dialect)
-        if isinstance(message, Job):
-            return message
-        assert isinstance(message, Heartbeat), message
-        send(sock, message, dialect)
-    pytest.fail("no JOB")
-
-
-def edge_stats(gw: Running) -> dict[str, int]:
-    return gw.gateway.edges["memodb"].stats()
 
 
 # ------------------------------------------------------------------ MemoDB <-> MemoDB
@@ -213,23 +152,6 @@ def test_multi_megabyte_bodies_both_ways(fast: tuple[Running, Peers]) -> None:
     assert get(client) == Result(payload=body[::-1])
 
 
-def _echo_worker(ctx: pynng.Context, stop: threading.Event, served: list[int]) -> None:
-    """One MemoDB worker on a context of a shared req0 socket (the spec's multiplexing)."""
-    send(ctx, Ready(services=("echo",)))
-    for _ in range(10_000):
-        try:
-            message = get(ctx)
-        except pynng.NNGException:
-            return
-        if stop.is_set() or isinstance(message, Disconnect):
-            return
-        if isinstance(message, Job):
-            served.append(1)
-            send(ctx, Result(id=message.id, payload=message.payload))
-        elif isinstance(message, Heartbeat):
-            send(ctx, Heartbeat(id=message.id))
-
-
 def test_200_concurrent_clients_served_by_workers_sharing_one_socket(fast: tuple[Running, Peers]) -> None:
     gw, peers = fast
     shared = peers.req()
@@ -254,93 +176,6 @@ def test_200_concurrent_clients_served_by_workers_sharing_one_socket(fast: tuple
         t.join(timeout=5)
     for ctx in contexts:
         ctx.close()
-
-
-def test_garbage_is_counted_and_harmless(gw: Running) -> None:
-    peers = Peers(gw)  # default 10 s heartbeat: the worker waits through the junk
-    try:
-        _garbage(gw, peers)
-    finally:
-        peers.close()
-
-
-def _garbage(gw: Running, peers: Peers) -> None:
-    worker, client = peers.req(), peers.req()
-    ready(gw, worker, "echo")
-    junk = [
-        b"",
-        b"\xff",
-        b"not cbor at all",
-        cbor2.dumps(["memo02", 2, b"", "echo", 1]),
-        cbor2.dumps(["memo01", 9, b""]),
-        cbor2.dumps(["memo01", 2, b"", "", 5]),  # a JOB without a service name
-        cbor2.dumps(["memo01", 1, b"", ["echo"]]) + b"payload",
-        b"\x9f" * 1000,
-    ]
-    for data in junk:
-        bad = peers.req(recv_ms=200)
-        bad.send(data)
-        with pytest.raises(pynng.Timeout):  # MemoDB has no error reply: the peer retries
-            bad.recv()
-    send(client, Job(service="echo", timeout_ms=5000, payload=b"still fine"))
-    job = next_job(worker)
-    send(worker, Result(id=job.id, payload=b"ok"))
-    assert get(client) == Result(payload=b"ok")
-    stats = edge_stats(gw)
-    assert stats["undecodable"] == len(junk) - 1 and stats["bad_job"] == 1
-
-
-def test_failed_job_gets_no_reply_and_is_counted(tmp_path: Path) -> None:
-    gw = start_gateway(tmp_path, FAST + "[routing]\nqueue_expiry_ms = 200\n")
-    peers = Peers(gw)
-    try:
-        client = peers.req(recv_ms=800)
-        send(client, Job(service="nobody", timeout_ms=1000, payload=b"x"))
-        with pytest.raises(pynng.Timeout):
-            client.recv()
-        until(lambda: edge_stats(gw).get("client_errors_unsent") == 1)
-        assert edge_stats(gw)["held"] == 0  # the context was given back
-    finally:
-        peers.close()
-        finish(gw)
-
-
-def test_requests_beyond_max_contexts_are_refused_and_counted(tmp_path: Path) -> None:
-    gw = start_gateway(tmp_path, FAST + "max_contexts = 2\n[routing]\nqueue_expiry_ms = 5000\n")
-    peers = Peers(gw)
-    try:
-        first, second, third = peers.req(), peers.req(), peers.req(recv_ms=300)
-        send(first, Job(service="later", timeout_ms=1000, payload=b"1"))
-        send(second, Job(service="later", timeout_ms=1000, payload=b"2"))
-        until(lambda: edge_stats(gw)["held"] == 2)
-        send(third, Job(service="later", timeout_ms=1000, payload=b"3"))
-        with pytest.raises(pynng.Timeout):
-            third.recv()
-        assert edge_stats(gw)["refused"] == 1
-    finally:
-        peers.close()
-        finish(gw)
-
-
-def test_one_connection_cannot_hold_every_context(tmp_path: Path) -> None:
-    gw = start_gateway(tmp_path, FAST + "max_contexts_per_peer = 2\n[routing]\nqueue_expiry_ms = 5000\n")
-    peers = Peers(gw)
-    contexts: list[pynng.Context] = []
-    try:
-        hog = peers.req(recv_ms=300)
-        contexts += [hog.new_context() for _ in range(3)]
-        for i, ctx in enumerate(contexts):
-            send(ctx, Job(service="later", timeout_ms=1000, payload=b"%d" % i))
-        until(lambda: edge_stats(gw)["peer_limit"] == 1)  # the third of one connection
-        other = peers.req(recv_ms=300)
-        send(other, Job(service="later", timeout_ms=1000, payload=b"x"))
-        until(lambda: edge_stats(gw)["held"] == 3)  # another connection still gets in
-        assert edge_stats(gw)["peer_limit"] == 1
-    finally:
-        for ctx in contexts:  # before their socket: a context outliving it complains
-            ctx.close()
-        peers.close()
-        finish(gw)
 
 
 def test_bcdb_style_worker_with_raw_pynng(fast: tuple[Running, Peers]) -> None:
@@ -480,61 +315,6 @@ def test_silent_worker_is_dropped_and_later_told_to_disconnect(fast: tuple[Runni
     assert get(worker) == Disconnect(id=beat.id)
 
 
-def test_stopping_gateway_disconnects_polling_workers(tmp_path: Path) -> None:
-    gw = start_gateway(tmp_path)
-    peers = Peers(gw)
-    try:
-        worker = peers.req()
-        ready(gw, worker, "echo")
-        gw.stop()  # drain: the held long-poll is answered DISCONNECT
-        message = get(worker)
-        assert isinstance(message, Disconnect) and len(message.id) == 4
-    finally:
-        peers.close()
-        finish(gw)
-
-
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
-def test_tls_bind_from_the_config(tmp_path: Path) -> None:
-    key, cert, both = tmp_path / "key.pem", tmp_path / "cert.pem", tmp_path / "both.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=20,
-    )  # fmt: skip
-    both.write_text(cert.read_text() + key.read_text())
-    config = tmp_path / "nfgate.toml"
-    config.write_text('[edges.memodb]\ntls_cert_key_file = "both.pem"\n')
-    binds = [(k, url) for k, url in random_binds() if k != "memodb"] + [("memodb", "tls+tcp://127.0.0.1:*")]
-    cfg = load(config, data_dir=tmp_path / "data", binds=binds)
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    reader, writer = socket.socketpair()
-    reader.setblocking(False)
-    gw = Running(build(cfg, context, wake_fd=reader.fileno()), context, writer)
-    gw._closers = (reader, writer)  # type: ignore[attr-defined]
-    gw.thread.start()
-    socks: list[pynng.Req0] = []
-    try:
-        url = gw.endpoint("memodb")
-        assert url.startswith("tls+tcp://127.0.0.1:")
-        tls = client_tls(cert.read_text())
-        worker, client = (connect_req(url, tls=tls) for _ in range(2))
-        socks += [worker, client]
-        ready(gw, worker, "secure")
-        send(client, Job(service="secure", timeout_ms=5000, payload=b"over tls"))
-        job = next_job(worker)
-        send(worker, Result(id=job.id, payload=job.payload.upper()))
-        assert get(client) == Result(payload=b"OVER TLS")
-    finally:
-        for sock in socks:
-            sock.close()
-        finish(gw)
-
-
 def _random_message(rng: random.Random, ids: list[bytes]) -> bytes:
     """A valid message in a random state, a mutated one, or plain noise."""
     kind = rng.randrange(8)
@@ -583,56 +363,3 @@ def test_random_messages_in_random_states_never_hurt_the_gateway(fast: tuple[Run
     send(worker, Result(id=job.id, payload=b"ok"))
     assert get(client) == Result(payload=b"ok")
     assert gw.gateway.internal_errors == 0
-
-
-def test_a_burst_goes_to_posted_receives_and_an_idle_loop_sleeps_on_the_fd_again(tmp_path: Path) -> None:
-    # The gateway is stepped by hand, so that a burst is surely waiting when it reads.
-    cfg = load(None, data_dir=tmp_path / "data", binds=random_binds())
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    gateway = build(cfg, context)
-    edge = gateway.edges["memodb"]
-    url = edge.endpoint
-    shared = connect_req(url, recv_timeout_ms=5000)
-    stop = threading.Event()
-    served: list[int] = []
-    contexts = [shared.new_context() for _ in range(4)]
-    workers = [threading.Thread(target=_echo_worker, args=(c, stop, served), daemon=True) for c in contexts]
-    clients = [connect_req(url, recv_timeout_ms=5000) for _ in range(32)]
-
-    def step_until(predicate: object, steps: int = 5000) -> None:
-        deadline = time.monotonic() + 10
-        for _ in range(steps):
-            if predicate() or time.monotonic() > deadline:  # type: ignore[operator]
-                break
-            gateway.step(max_wait_ms=20)
-        assert predicate(), "condition not met in time"  # type: ignore[operator]
-
-    try:
-        for t in workers:
-            t.start()
-        step_until(lambda: len(gateway.router.workers()) == 4)
-        for i, sock in enumerate(clients):
-            send(sock, Job(service="echo", timeout_ms=5000, payload=b"%d" % i))
-        time.sleep(0.3)  # all 32 at the socket before the next read: a burst
-        # 4 READY, 32 JOB, 32 RESULT read; only the workers' next long-polls held.
-        step_until(lambda: edge.transport.received == 68 and edge.transport.held == 4)
-        for i, sock in enumerate(clients):
-            assert get(sock) == Result(payload=b"%d" % i)
-        stats = edge.stats()
-        assert stats["received_posted"] > 0 and stats["refused"] == 0
-        # Quiet again: the receives are withdrawn, so that the poll may sleep on the fd.
-        step_until(lambda: not edge.pending(), steps=50)
-        assert gateway._wait(gateway._clock(), 1000) > 0  # the next poll may sleep
-        # A lone request is announced by the fd and served.
-        send(clients[0], Job(service="echo", timeout_ms=5000, payload=b"late"))
-        step_until(lambda: edge.transport.received == 70 and edge.transport.held == 4)
-        assert get(clients[0]) == Result(payload=b"late")
-        assert gateway.internal_errors == 0
-    finally:
-        stop.set()
-        for sock in (*clients, *contexts, shared):
-            sock.close()
-        for t in workers:
-            t.join(timeout=5)
-        gateway.close()
-        context.term()

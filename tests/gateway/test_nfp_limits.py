@@ -12,7 +12,7 @@ import pytest
 from nfgate.codecs.nfp.messages import BROKER, CLIENT, WORKER, Delete, Get, Open, Post, Response
 
 from .conftest import Running, running_on
-from .test_nfp_edge import get, post, send, spec_worker, store_of
+from .nfp_helpers import get, post, send, spec_worker, store_of
 
 pytestmark = pytest.mark.timeout(30)
 

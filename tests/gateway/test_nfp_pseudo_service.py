@@ -10,7 +10,7 @@ import pytest
 from nfgate.codecs.nfp.messages import WORKER, Post, Response
 
 from .conftest import Running
-from .test_nfp_edge import get, norfab_worker, post, send, spec_worker
+from .nfp_helpers import get, norfab_worker, post, send, spec_worker
 
 pytestmark = pytest.mark.timeout(30)
 

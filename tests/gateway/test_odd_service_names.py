@@ -14,8 +14,8 @@ from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import BROKER, CLIENT, WORKER, Disconnect, Open, Post, Ready, Response
 
 from .conftest import Running, nothing, recv, until
-from .test_dbp_edge import info
-from .test_nfp_edge import mmi_call
+from .dbp_helpers import info
+from .nfp_helpers import mmi_call
 
 pytestmark = pytest.mark.timeout(30)
 
