@@ -34,6 +34,7 @@ import contextlib
 import enum
 import errno
 import fcntl
+import json
 import logging
 import os
 import sqlite3
@@ -62,7 +63,9 @@ _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 # Not WITHOUT ROWID: measured slower, as uuids are random and bodies can be large (the
 # rows of a WITHOUT ROWID table are the key b-tree; a rowid table appends them).
 # jobs.result: a job's first result, in its own row (JobStore.add_result says why);
-# the results table holds the rest. Added to the data dirs of older nfgates when opened.
+# the results table holds the rest. jobs.workers: the worker names the job's 202 gave
+# (JSON list), so a restart sends an `all` job to those workers and no other. Both are
+# added to the data dirs of older nfgates when opened.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     uuid        TEXT PRIMARY KEY,
@@ -74,7 +77,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     body        BLOB NOT NULL,      -- msgpack list of frames
     created_ms  INTEGER NOT NULL,
     state       TEXT NOT NULL,
-    result      BLOB                -- msgpack [worker, status, frames, stored_ms], or NULL
+    result      BLOB,               -- msgpack [worker, status, frames, stored_ms], or NULL
+    workers     TEXT                -- JSON list of the names the 202 gave, or NULL
 );
 DROP INDEX IF EXISTS jobs_state;
 CREATE TABLE IF NOT EXISTS results (
@@ -86,7 +90,7 @@ CREATE TABLE IF NOT EXISTS results (
     PRIMARY KEY (uuid, worker)
 );
 """
-_JOB_COLUMNS = "uuid, service, target, edge, protocol, client, body, created_ms, state"
+_JOB_COLUMNS = "uuid, service, target, edge, protocol, client, body, created_ms, state, workers"
 
 
 class JobState(enum.Enum):
@@ -111,6 +115,8 @@ class JobRecord:
     body: tuple[bytes, ...] = attrs.field(converter=bytes_tuple)
     created_ms: int
     state: JobState = JobState.QUEUED
+    # The worker names the client was told when the job was accepted (NFP's 202).
+    workers: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -119,6 +125,20 @@ class StoredResult:
     status: int
     body: tuple[bytes, ...] = attrs.field(converter=bytes_tuple)
     stored_ms: int
+
+
+def _names(text: object) -> tuple[str, ...]:
+    """The worker names of a ``jobs.workers`` cell; () for NULL or anything but a JSON
+    list of strings (a row written by hand: its job is dispatched as its target says)."""
+    if not isinstance(text, str):
+        return ()
+    try:
+        names = json.loads(text)
+    except ValueError:
+        return ()
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        return ()
+    return tuple(names)
 
 
 def _pack(frames: Sequence[bytes]) -> bytes:
@@ -195,8 +215,9 @@ class JobStore:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.executescript(_SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
-            if "result" not in columns:  # a data dir of an older nfgate
-                self._db.execute("ALTER TABLE jobs ADD COLUMN result BLOB")
+            for column, kind in (("result", "BLOB"), ("workers", "TEXT")):
+                if column not in columns:  # a data dir of an older nfgate
+                    self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
             # The WAL is named after the database file as SQLite resolved it (symlinks).
             self._wal_path = Path(self._db.execute("PRAGMA database_list").fetchone()[2] + "-wal")
             # Only without our fsync: then SQLite's checkpoint must first sync the WAL it
@@ -369,7 +390,7 @@ class JobStore:
         """
         try:
             self._write(
-                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO jobs ({_JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     job.uuid,
                     job.service,
@@ -380,6 +401,7 @@ class JobStore:
                     _pack(job.body),
                     job.created_ms,
                     job.state.value,
+                    json.dumps(list(job.workers)) if job.workers else None,
                 ),
             )
         except sqlite3.IntegrityError:
@@ -504,7 +526,7 @@ class JobStore:
 
     @staticmethod
     def _record(row: tuple[Any, ...]) -> JobRecord:
-        uuid, service, target, edge, protocol, client, body, created, state = row
+        uuid, service, target, edge, protocol, client, body, created, state, workers = row
         return JobRecord(
             uuid=str(uuid),
             service=str(service),
@@ -515,4 +537,5 @@ class JobStore:
             body=_unpack(bytes(body)),
             created_ms=int(created),
             state=JobState(state),
+            workers=_names(workers),
         )

@@ -245,6 +245,7 @@ class NfpJobs:
                     body=request.body,
                     created_ms=self._clock(),
                     state=JobState.DISPATCHED if out.workers else JobState.QUEUED,
+                    workers=tuple(names),
                 )
             )
         except sqlite3.Error as exc:  # e.g. the disk is full: refuse the job, keep serving
@@ -431,8 +432,9 @@ class NfpJobs:
                 uuid=rec.uuid, client=rec.client, dialect=dialect, service=rec.service, target=rec.target
             )
             job.recovered = True
+            job.announced = list(rec.workers)
             try:
-                target = job_target(rec.service, parse_target(rec.target))
+                target = job_target(rec.service, self._still_owed(job, parse_target(rec.target)))
             except (DecodeError, ValueError):
                 target = Target()
             self._by_uuid[rec.uuid] = job
@@ -450,6 +452,20 @@ class NfpJobs:
                 "%s: %d stored job(s) taken up again (dispatched or queued)", self._edge.name, len(commands)
             )
         return commands
+
+    def _still_owed(self, job: Job, parsed: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        """The target a recovered job is dispatched again with: an ``all`` job whose 202
+        named its workers goes to those workers (the ones registered when it was
+        accepted, as ``all`` means), not to whichever registers first after the restart;
+        a job for several named workers goes to those whose result is not stored yet.
+        Raises :class:`sqlite3.Error` (reading the stored results)."""
+        if parsed == "all" and job.announced:
+            parsed = tuple(job.announced)
+        if isinstance(parsed, str):
+            return parsed
+        job.answered = {r.worker for r in self._store.results(job.uuid)}
+        owed = tuple(name for name in parsed if name not in job.answered)
+        return owed or parsed  # all answered but not finished: run it again (at least once)
 
     # ------------------------------------------------------------ sending
 

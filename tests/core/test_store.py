@@ -487,3 +487,33 @@ def test_with_fsync_the_loop_keeps_sqlites_own_checkpoints(tmp_path: Path) -> No
         assert db.stat().st_size == schema_only  # in the WAL until 1000 pages
     finally:
         store.close()
+
+
+def test_the_worker_names_a_job_was_announced_with_are_kept(tmp_path: Path) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite")
+    store.add(attrs.evolve(job("named"), workers=("a", "wörker 2")))
+    store.add(job("plain"))
+    store.close()
+    store = JobStore(tmp_path / "jobs.sqlite")
+    assert {r.uuid: r.workers for r in store.unfinished()} == {"named": ("a", "wörker 2"), "plain": ()}
+    store.close()
+
+
+def test_a_data_dir_of_an_older_nfgate_gains_the_new_columns(tmp_path: Path) -> None:
+    # The jobs table as nfgate wrote it before jobs.result and jobs.workers.
+    db = sqlite3.connect(tmp_path / "jobs.sqlite")
+    db.executescript(
+        "CREATE TABLE jobs (uuid TEXT PRIMARY KEY, service TEXT NOT NULL, target TEXT NOT NULL,"
+        " edge TEXT NOT NULL, protocol TEXT NOT NULL, client BLOB NOT NULL, body BLOB NOT NULL,"
+        " created_ms INTEGER NOT NULL, state TEXT NOT NULL);"
+    )
+    body = msgpack.packb([b"{}"])
+    db.execute("INSERT INTO jobs VALUES ('old', 'echo', 'all', 'nfp', 'nfp', x'6331', ?, 5, 'queued')", (body,))
+    db.commit()
+    db.close()
+    store = JobStore(tmp_path / "jobs.sqlite")
+    (old,) = store.unfinished()
+    assert (old.uuid, old.target, old.workers, old.body) == ("old", "all", (), (b"{}",))
+    store.add_result("old", "a", 200, [b"ok"], 9, inline=True, state=JobState.DONE)
+    assert [r.worker for r in store.results("old")] == ["a"]
+    store.close()
