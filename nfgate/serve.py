@@ -11,6 +11,7 @@ import logging
 import resource
 import signal
 import socket
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from nfgate.capture import Capture
 from nfgate.config import ServeConfig, load
 from nfgate.edges import Edge, EdgeSettings
 from nfgate.edges.kinds import KINDS
-from nfgate.errors import NfgateError, TransportError
+from nfgate.errors import ConfigError, NfgateError, TransportError
 from nfgate.gateway import Gateway, LogRing
 from nfgate.metrics import MetricsServer, render
 from nfgate.routing import Router
@@ -181,7 +182,13 @@ def serve(
         if exporter is not None:
             gateway.on_close(exporter.close)
             log.info("metrics on %s", exporter.url)
-        gateway.recover()
+        try:
+            gateway.recover()
+        except sqlite3.DatabaseError as exc:  # a damaged page or row: not a traceback
+            raise ConfigError(
+                f"cannot read the jobs stored in {cfg.data_dir} ({exc}): restore them, or move "
+                "jobs.sqlite3* aside to start with an empty job store"
+            ) from None
         log.info("ready (job store %s%s)", cfg.data_dir, "" if cfg.fsync else ", fsync off")
         gateway.run()
         log.info("stopped: %s", _summary(gateway))

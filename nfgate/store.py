@@ -220,6 +220,9 @@ class JobStore:
                     self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
             # The WAL is named after the database file as SQLite resolved it (symlinks).
             self._wal_path = Path(self._db.execute("PRAGMA database_list").fetchone()[2] + "-wal")
+            # Read now, for the restart's recovery: a damaged page or row then stops the
+            # gateway here, in one line, before any edge is bound.
+            self._recovering: list[JobRecord] | None = self._unfinished()
             # Only without our fsync: then SQLite's checkpoint must first sync the WAL it
             # fills, a stall of 5-17 ms every few hundred jobs, which the thread takes off
             # the loop. With it the WAL is synced already, checkpoints on the loop are
@@ -322,6 +325,7 @@ class JobStore:
         roll back the whole open batch (it may, for SQLITE_FULL or an I/O error, where a
         constraint only undoes the statement), :meth:`commit` raises too, so that no
         write of the batch is acknowledged as stored."""
+        self._recovering = None  # read before this write: unfinished() reads again
         if self._lost is not None and not self._db.in_transaction:
             self._db.execute("BEGIN")  # the rest of a lost batch stays together, to be rolled back
         batch = self._db.in_transaction
@@ -470,7 +474,14 @@ class JobStore:
         return [found[w] for w in sorted(found)]
 
     def unfinished(self) -> list[JobRecord]:
-        """Jobs to dispatch again after a restart, oldest first."""
+        """Jobs to dispatch again after a restart, oldest first: the first call gets
+        those read when the store was opened (a damaged store is a :class:`ConfigError`
+        there). Raises :class:`sqlite3.DatabaseError` when the database or a row is
+        damaged."""
+        read, self._recovering = self._recovering, None
+        return read if read is not None else self._unfinished()
+
+    def _unfinished(self) -> list[JobRecord]:
         rows = self._db.execute(
             f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN (?, ?) ORDER BY created_ms, uuid",
             tuple(s.value for s in UNFINISHED),
@@ -526,6 +537,16 @@ class JobStore:
 
     @staticmethod
     def _record(row: tuple[Any, ...]) -> JobRecord:
+        """Raises :class:`sqlite3.DatabaseError` for a row that is not one this store
+        writes (damaged on disk, or edited by hand), as SQLite does for a damaged page."""
+        try:
+            return JobStore._fields(row)
+        except (TypeError, ValueError, msgpack.UnpackException) as exc:
+            why = str(exc) or type(exc).__name__
+            raise sqlite3.DatabaseError(f"job {str(row[0])[:64]!r}: a damaged row ({why})") from None
+
+    @staticmethod
+    def _fields(row: tuple[Any, ...]) -> JobRecord:
         uuid, service, target, edge, protocol, client, body, created, state, workers = row
         return JobRecord(
             uuid=str(uuid),

@@ -508,7 +508,9 @@ def test_a_data_dir_of_an_older_nfgate_gains_the_new_columns(tmp_path: Path) -> 
         " created_ms INTEGER NOT NULL, state TEXT NOT NULL);"
     )
     body = msgpack.packb([b"{}"])
-    db.execute("INSERT INTO jobs VALUES ('old', 'echo', 'all', 'nfp', 'nfp', x'6331', ?, 5, 'queued')", (body,))
+    db.execute(
+        "INSERT INTO jobs VALUES ('old', 'echo', 'all', 'nfp', 'nfp', x'6331', ?, 5, 'queued')", (body,)
+    )
     db.commit()
     db.close()
     store = JobStore(tmp_path / "jobs.sqlite")

@@ -8,13 +8,14 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 import uuid as uuidlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ import zmq
 from nfgate.codecs import nfp
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Disconnect, Get, Keepalive, Post, Ready, Response
 from nfgate.edges.kinds import KINDS
+from nfgate.store import JobRecord, JobStore
 from tests.ports import random_bind_args, random_binds
 from tests.serving import LISTEN, Server, start, stop
 
@@ -385,3 +387,41 @@ def test_a_second_gateway_on_the_same_data_dir_is_refused(tmp_path: Path) -> Non
         assert f"in use by another nfgate (pid {first.proc.pid})" in done.stderr
     finally:
         assert stop(first) == 0
+
+
+def _damage_a_row(path: Path) -> None:
+    db = sqlite3.connect(path)
+    db.execute("UPDATE jobs SET body = x'c1'")  # 0xc1: a byte msgpack never uses
+    db.commit()
+    db.close()
+
+
+def _scribble_the_pages(path: Path) -> None:
+    # Random bytes over every page after the first (the schema): the tables' pages.
+    size = path.stat().st_size
+    with path.open("r+b") as f:
+        f.seek(4096)
+        f.write(os.urandom(size - 4096))
+
+
+@pytest.mark.parametrize("damage", [_damage_a_row, _scribble_the_pages])
+def test_a_damaged_job_store_is_one_line_exit_2(tmp_path: Path, damage: Callable[[Path], None]) -> None:
+    store = JobStore(tmp_path / "jobs.sqlite3", fsync=False, checkpoint_s=None)
+    for n in range(200):  # a few pages of queued jobs
+        store.add(
+            JobRecord(
+                uuid=f"{n:032x}",
+                service="echo",
+                target="any",
+                edge="nfp",
+                protocol="nfp/spec",
+                client=b"c1",
+                body=(b"x" * 100,),
+                created_ms=n,
+            )
+        )
+    store.close()  # the last connection: SQLite checkpoints the WAL into the file
+    damage(tmp_path / "jobs.sqlite3")
+    done = run_bad("--data-dir", str(tmp_path), *random_bind_args())
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert "job store" in done.stderr and str(tmp_path) in done.stderr, done.stderr
