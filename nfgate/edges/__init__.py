@@ -487,9 +487,37 @@ class RouterEdge(Edge, Decoding):
         if fd is not None and self._by_fd.get(fd) == address:
             del self._by_fd[fd]
 
+    def leftover(self, address: bytes) -> tuple[bool, list[Command]]:
+        """Whether the message being handled, from ``address`` (no registered worker),
+        is what an older connection of a worker left unread, and the commands of any
+        connection closings read to tell. Call it for registrations and heartbeats.
+
+        The message came by the connection noted for another worker. If that
+        connection's closing is among those libzmq has to report, the fd is in use
+        again by a new connection: the other worker is gone (its ``Unregister`` is
+        returned) and the message is not a leftover. If it is not, the connection is
+        still open under another name: ROUTER_HANDOVER gave the worker's identity to
+        its newer connection and the old one a made-up one (a zero byte and four
+        more), and what is still queued on it, a READY or a heartbeat, must not
+        register a worker under that name: every job given to it would be lost with
+        the connection. The caller drops it."""
+        if self.transport.monitor is None:
+            return False, []
+        fd = self.transport.source_fd()
+        holder = self._by_fd.get(fd)
+        if holder is None or holder == address:
+            return False, []
+        closed = self.transport.closed_connections()
+        commands = self._closings(closed)
+        renamed = fd not in closed and len(address) == 5 and address[0] == 0
+        return renamed, commands
+
     def _connections_closed(self, now_ms: int) -> list[Command]:
+        return self._closings(self.transport.closed_connections())
+
+    def _closings(self, fds: list[int]) -> list[Command]:
         gone, self._gone = self._gone, []
-        for fd in self.transport.closed_connections():
+        for fd in fds:
             if self._reused.get(fd):
                 self._reused[fd] -= 1  # an older connection's closing: the fd is in use again
                 if not self._reused[fd]:

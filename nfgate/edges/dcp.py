@@ -83,6 +83,7 @@ class DcpEdge(RouterEdge):
         *RouterEdge.EVENTS,
         "client_errors_unsent",
         "empty_service",
+        "handover_leftovers",
         "reconnects_sent",
         "reply_metadata_changed",
         "stale_forward",
@@ -122,6 +123,12 @@ class DcpEdge(RouterEdge):
 
     def _on_message(self, address: bytes, message: Message, dialect: str, out: list[Command]) -> None:
         worker = self._workers.get(address)
+        if worker is None and message.TYPE in _BY_CONNECTION:
+            renamed, closed = self.leftover(address)
+            out.extend(closed)
+            if renamed:  # an old connection's PING or registration, under libzmq's new name for it
+                self.counters["handover_leftovers"] += 1
+                return
         if worker is not None and message.TYPE in _BY_CONNECTION and self.moved(address):
             # It reconnected before its old connection's closing was read: as if read first.
             out.extend(self.connection_closed(address))

@@ -99,6 +99,7 @@ class NfpEdge(RouterEdge):
         "empty_service",
         "events_received",
         "expire_errors",
+        "handover_leftovers",
         "ignored",
         "input_for_unknown_job",
         "jobs_expired",
@@ -220,6 +221,12 @@ class NfpEdge(RouterEdge):
     def _on_message(
         self, address: bytes, message: Message, dialect: str, now_ms: int, out: list[Command]
     ) -> None:
+        if message.TYPE in _BY_CONNECTION and address not in self._workers:
+            renamed, closed = self.leftover(address)
+            out.extend(closed)
+            if renamed:  # an old connection's READY or KEEPALIVE, under libzmq's new name for it
+                self.counters["handover_leftovers"] += 1
+                return
         p = self._record(address, dialect, now_ms)
         if p.state is PeerState.WORKER and message.TYPE in _BY_CONNECTION and self.moved(address):
             # It reconnected before its old connection's closing was read: as if read first.

@@ -167,6 +167,9 @@ class _Connections:
         closed, self.closed = self.closed, []
         return closed
 
+    def close(self) -> None:
+        """Nothing to close: the edge's own transport was closed when this replaced it."""
+
 
 def test_a_closing_read_after_its_fd_was_reused_is_not_taken_for_the_new_connection() -> None:
     # Worker A's connection (fd 7) closes and a new worker B connects on fd 7; B's
@@ -273,6 +276,112 @@ def test_an_nfp_worker_that_reconnects_before_its_closing_is_read_is_handled_as_
         fake.closed = [7]
         assert edge._connections_closed(0) == []
         assert edge.counters["connections_closed"] == 1
+    finally:
+        edge.transport = real
+        edge.close()
+        store.close()
+        context.term()
+
+
+# libzmq's name for a connection whose identity ROUTER_HANDOVER gave to a newer one: a
+# zero byte and a 32-bit counter (here the first value of glibc's rand() plus one, as
+# seen in a gateway's log).
+RENAMED = b"\x00\x6b\x8b\x45\x68"
+
+
+def _dcp_edge(context: zmq.Context[zmq.Socket[bytes]]) -> tuple[object, _Connections]:
+    from nfgate.edges import EdgeSettings
+    from nfgate.edges.dcp import DcpEdge
+
+    edge = DcpEdge(EdgeSettings(name="dcp", protocol="dcp", url="tcp://127.0.0.1:0", context=context))
+    fake = _Connections()
+    edge.transport.close()
+    edge.transport = fake  # type: ignore[assignment]
+    edge.side_inputs()
+    return edge, fake
+
+
+def test_what_a_renamed_connection_left_unread_registers_no_worker() -> None:
+    # DCP worker A registered on fd 7 reconnects under its identity; libzmq hands A's
+    # name to the new connection and renames the old one, whose last PING and a second
+    # registration are still queued. Read now, they come from RENAMED by fd 7, whose
+    # connection has not closed: no worker RENAMED (its requests would go nowhere), A
+    # untouched, each counted.
+    from nfgate.codecs.dcp.messages import Ping
+    from nfgate.model import Register
+
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    edge, fake = _dcp_edge(context)
+    try:
+        out: list[object] = []
+        fake.fd = 7
+        edge._on_message(b"A", Registration(service=b"svc"), "spec", out)  # type: ignore[attr-defined]
+        assert [type(c) for c in out] == [Register]
+        out.clear()
+        sent = len(fake.sent)
+        for message in (Registration(service=b"svc"), Ping()):
+            edge._on_message(RENAMED, message, "spec", out)  # type: ignore[attr-defined]
+        assert out == [] and fake.sent[sent:] == []
+        assert set(edge._workers) == {b"A"}  # type: ignore[attr-defined]
+        assert edge.counters["handover_leftovers"] == 2  # type: ignore[attr-defined]
+        assert edge.counters["connections_closed"] == 0  # type: ignore[attr-defined]
+    finally:
+        edge.close()  # type: ignore[attr-defined]
+        context.term()
+
+
+def test_a_new_connection_on_a_closed_connections_fd_is_a_new_worker() -> None:
+    # The other way a registration comes by a fd noted for another worker: A's
+    # connection closed and a new worker (no identity of its own: libzmq's name, the
+    # same shape) connected on the reused fd. The closing is there to read: A is gone,
+    # the newcomer is registered.
+    from nfgate.model import Register, Unregister
+
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    edge, fake = _dcp_edge(context)
+    try:
+        out: list[object] = []
+        fake.fd = 7
+        edge._on_message(b"A", Registration(service=b"svc"), "spec", out)  # type: ignore[attr-defined]
+        out.clear()
+        fake.closed = [7]
+        edge._on_message(RENAMED, Registration(service=b"svc"), "spec", out)  # type: ignore[attr-defined]
+        assert [(type(c), c.peer.address) for c in out] == [(Unregister, b"A"), (Register, RENAMED)]  # type: ignore[attr-defined]
+        assert set(edge._workers) == {RENAMED}  # type: ignore[attr-defined]
+        assert edge.counters["handover_leftovers"] == 0  # type: ignore[attr-defined]
+        fake.closed = [7]  # the newcomer's own closing, later
+        (gone,) = edge._connections_closed(0)  # type: ignore[attr-defined]
+        assert gone.peer.address == RENAMED
+    finally:
+        edge.close()  # type: ignore[attr-defined]
+        context.term()
+
+
+def test_an_nfp_ready_left_on_a_renamed_connection_registers_no_worker(tmp_path: Path) -> None:
+    from nfgate.edges import EdgeSettings
+    from nfgate.edges.nfp import NfpEdge
+    from nfgate.model import Register
+    from nfgate.store import JobStore
+
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    store = JobStore(tmp_path / "jobs.sqlite3", fsync=False)
+    edge = NfpEdge(
+        EdgeSettings(name="nfp", protocol="nfp", url="tcp://127.0.0.1:0", context=context), store=store
+    )
+    real, fake = edge.transport, _Connections()
+    try:
+        edge.transport = fake  # type: ignore[assignment]
+        edge.side_inputs()
+        out: list[object] = []
+        fake.fd = 7
+        for message in (Open(header=WORKER), Ready(service="svc")):
+            edge._on_message(b"A", message, "norfab", 0, out)  # type: ignore[arg-type]
+        assert [type(c) for c in out] == [Register]
+        out.clear()
+        for message in (Ready(service="svc"), Keepalive(header=WORKER, service="svc")):
+            edge._on_message(RENAMED, message, "norfab", 0, out)  # type: ignore[arg-type]
+        assert out == [] and set(edge._workers) == {b"A"}
+        assert edge.counters["handover_leftovers"] == 2
     finally:
         edge.transport = real
         edge.close()
