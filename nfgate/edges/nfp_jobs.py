@@ -171,8 +171,12 @@ class NfpJobs:
                 Response(header=BROKER, service=service, uuid=uuid, status=code, body=(body,)),
             )
             return
-        if dialect == "norfab":
-            merged = nfpjson.merge(self._as_dict(r.body) for r in results)
+        kept = [r for r in results if r.status < 300]
+        if dialect == "norfab" and kept:
+            # NorFab's results, one per worker, merged as NorFab's client reads them. A job
+            # whose only results are the broker's failures (a 408 at the queue expiry, with
+            # no worker to key it under) is told that failure, as it was when it ended.
+            merged = nfpjson.merge(self._as_dict(r.body) for r in kept)
             self._send(
                 peer.address,
                 dialect,

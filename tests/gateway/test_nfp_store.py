@@ -183,3 +183,23 @@ def test_client_records_stay_bounded_behind_a_long_lived_worker(tmp_path: Path) 
         stats = gw.gateway.edges["nfp"].stats()
         assert stats["workers"] == 1 and stats["peers"] <= 4
         one_job(12)  # the worker's record was kept: it is still a worker, not a stranger
+
+
+@pytest.mark.parametrize("dialect", ["spec", "norfab"])
+def test_a_get_of_a_job_that_failed_gives_its_failure_not_a_200(tmp_path: Path, dialect: str) -> None:
+    # A job no worker took ends 408 at the queue expiry; a client that asks for it
+    # afterwards (it was away, or polls as NorFab's client does) is told the same, not
+    # 200 with the broker's error object as if it were the job's result.
+    with running_on(tmp_path, "[routing]\nqueue_expiry_ms = 200\n") as gw:
+        client = gw.dealer("nfp", b"c1")
+        job = post(client, "nobody", b'{"task":"t"}', dialect=dialect)
+        statuses = []
+        for _ in range(2):
+            reply = get(client, dialect)
+            assert isinstance(reply, Response)
+            statuses.append(reply.status)
+        assert statuses == [202, 408]
+        send(client, Get(header=CLIENT, service="nobody", target="any", uuid=job, body=(b"",)), dialect)
+        again = get(client, dialect)
+        assert isinstance(again, Response) and again.status == 408, again
+        assert json.loads(again.body[0])["status"] == "FAILED"
