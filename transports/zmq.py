@@ -74,9 +74,9 @@ class RouterEndpoint:
 
     capture_kind = "zmq"
     tap: Tap | None = None  # set by nfgate.capture when --capture is on
-    # Told of each message dropped for a limit: (counter name, peer label, reason). The
-    # edge owning the socket logs it (nfgate.edges.Edge.malformed).
-    on_dropped: Callable[[str, str, str], None] | None = None
+    # Told of each message dropped for a limit: (counter name, peer identity, reason).
+    # The edge owning the socket logs it (nfgate.edges.Edge.dropped).
+    on_dropped: Callable[[str, bytes, str], None] | None = None
 
     def __init__(
         self,
@@ -165,7 +165,7 @@ class RouterEndpoint:
 
     def _dropped(self, what: str, identity: bytes, reason: str) -> None:
         if self.on_dropped is not None:
-            self.on_dropped(what, identity_label(identity), reason)
+            self.on_dropped(what, identity, reason)
         else:
             log.debug("%s: message from %s %s", self.url, identity_label(identity), reason)
 

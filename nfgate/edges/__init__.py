@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from nfgate.gateway import Gateway
 
 MALFORMED_WARN_S = 60.0  # at most one WARNING a minute per edge for malformed input
+# Workers whose dropped messages one read may note (RouterEdge.lost_messages): a bound
+# against a flood of oversized messages between two reads (one batch reads 256).
+MAX_DROPPED = 1024
 _clock = time.monotonic  # replaced in tests
 
 __all__ = [
@@ -316,6 +319,10 @@ class Edge(abc.ABC):
         else:
             log.debug("%s: %s from %s: %s", self.name, what, peer_label(peer.address), reason)
 
+    def dropped(self, what: str, identity: bytes, reason: str) -> None:
+        """The transport dropped a message from ``identity`` for a limit (counted there)."""
+        self.malformed(what, peer_label(identity), reason)
+
     def malformed(self, what: str, source: str, reason: str) -> None:
         """Log a message that is not the protocol at all (already counted): each at
         DEBUG, and a WARNING for the first and then at most one a minute with the number
@@ -421,7 +428,8 @@ class RouterEdge(Edge, Decoding):
         self.transport = RouterEndpoint(
             settings.context, settings.url, settings.limits, curve=curve, domain=settings.name
         )
-        self.transport.on_dropped = self.malformed
+        self.transport.on_dropped = self.dropped
+        self._dropped_from: list[bytes] = []  # workers whose message the transport dropped
 
     @property
     def endpoint(self) -> str:
@@ -533,10 +541,31 @@ class RouterEdge(Edge, Decoding):
             commands.extend(self.connection_closed(address))
         return commands
 
-    def connection_closed(self, address: bytes) -> list[Command]:
+    def connection_closed(self, address: bytes, reason: str = "its connection closed") -> list[Command]:
         """The connection of the worker at ``address`` closed: forget it and return the
-        commands that tell the core (an ``Unregister``)."""
+        commands that tell the core (an ``Unregister`` with ``reason``)."""
         return []
+
+    def dropped(self, what: str, identity: bytes, reason: str) -> None:
+        super().dropped(what, identity, reason)
+        if self.watches_connections and len(self._dropped_from) < MAX_DROPPED:
+            self._dropped_from.append(identity)
+
+    def lost_messages(self) -> list[Command]:
+        """Workers whose message the transport dropped for a limit (a reply of several
+        frames, each under ``max_message_bytes`` and together over it) are handled as if
+        their connection had closed, which libzmq does for one frame over the limit: the
+        message may have been the reply to a request they hold, which would otherwise
+        wait for ever, with the worker busy. Their requests are dispatched again (at most
+        ``max_redispatch`` times, then the client's error) and the worker, told it is
+        unknown at its next message, registers again. Call after reading."""
+        if not self._dropped_from:
+            return []
+        dropped, self._dropped_from = self._dropped_from, []
+        commands: list[Command] = []
+        for address in dict.fromkeys(dropped):
+            commands.extend(self.connection_closed(address, "its message over a limit was dropped"))
+        return commands
 
     def wires(self) -> Sequence[WireCounts]:
         return (self.transport,)

@@ -112,6 +112,7 @@ class DcpEdge(RouterEdge):
                 self._on_message(address, message, dialect, commands)
             except Exception:
                 self.internal_error(address)
+        commands.extend(self.lost_messages())
         return commands
 
     def _remember(self, address: bytes, dialect: str) -> None:
@@ -327,11 +328,11 @@ class DcpEdge(RouterEdge):
         self.forget_connection(address)
         return self._workers.pop(address, None) is not None
 
-    def connection_closed(self, address: bytes) -> list[Command]:
+    def connection_closed(self, address: bytes, reason: str = "its connection closed") -> list[Command]:
         # A worker still running reconnects on its own and gets RECONNECT at its next PING.
         if not self._drop_worker(address):
             return []
-        return [Unregister(peer=self.peer(address), reason="its connection closed")]
+        return [Unregister(peer=self.peer(address), reason=reason)]
 
     def tick(self, now_ms: int) -> list[Command]:
         late, self._late = self._late, []

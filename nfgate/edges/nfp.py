@@ -195,6 +195,7 @@ class NfpEdge(RouterEdge):
                 self._on_message(address, message, dialect, now_ms, commands)
             except Exception:
                 self.internal_error(address)
+        commands.extend(self.lost_messages())
         # Read on even when the socket was empty a moment ago: what arrived meanwhile
         # shares this iteration's COMMIT (and fsync) instead of paying its own.
         self.drained = False
@@ -300,14 +301,14 @@ class NfpEdge(RouterEdge):
         p.held.clear()
         p.asked.clear()
 
-    def connection_closed(self, address: bytes) -> list[Command]:
+    def connection_closed(self, address: bytes, reason: str = "its connection closed") -> list[Command]:
         p = self._workers.get(address)
         if p is None:
             return []
         self._forget_worker(address, p)
         # A worker that is still running reconnects on its own (its DEALER does) and
         # is told DISCONNECT at its next message, after which it registers again.
-        return [Unregister(peer=self.peer(address), reason="its connection closed")]
+        return [Unregister(peer=self.peer(address), reason=reason)]
 
     def _disconnect(self, address: bytes, p: _Peer, reason: str) -> None:
         body = None if p.dialect == "norfab" else reason.encode()

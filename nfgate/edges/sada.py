@@ -104,7 +104,7 @@ class SadaChannelEdge(RouterEdge):
         self.identity = identity
         self._rid_prefix = identity.decode("utf-8", "replace") + "/"
         self.transport = sada_router(settings.context, url, settings.limits, identity=identity)
-        self.transport.on_dropped = self.malformed
+        self.transport.on_dropped = self.dropped
         heartbeat = cast("tuple[int, int]", opts.get("heartbeat", (5000, 3)))
         self._interval = heartbeat[0]
         self._forced = str(opts.get("dialect", "auto"))

@@ -102,7 +102,7 @@ class SadaServerEdge(Edge, Decoding):
         # Bound only to a private inproc name: RouterEndpoint binds, and nobody dials it.
         inproc = f"inproc://nfgate-{settings.name}-{id(self):x}"
         self.transport = sada_router(settings.context, inproc, settings.limits)
-        self.transport.on_dropped = self.malformed
+        self.transport.on_dropped = self.dropped
         # A channel that restarts has lost our INTR, and it cannot RINTR a server that
         # set no identity (it does not know its name): re-INTR on every new connection.
         self._monitor: zmq.Socket[bytes] | None = None
