@@ -7,7 +7,9 @@ took a reply with it: the request went on waiting for a worker that had answered
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import zmq
@@ -19,6 +21,11 @@ from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Keepalive, Open, Post, Ready, Response
 
 from .conftest import Running, recv, running_on, until
+
+if TYPE_CHECKING:
+    from nfgate.edges.dcp import DcpEdge
+    from nfgate.edges.nfp import NfpEdge
+    from nfgate.model import Command
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -318,16 +325,11 @@ def test_a_worker_that_reconnects_before_its_closing_is_read_is_handled_as_close
         context.term()
 
 
-def test_an_nfp_worker_that_reconnects_before_its_closing_is_read_is_handled_as_closed(
-    tmp_path: Path,
-) -> None:
-    # As above for NFP: the KEEPALIVE on the new connection finds the worker gone and is
-    # answered DISCONNECT (the spec's answer to a worker it does not know), after which
-    # the worker sends READY again.
-    from nfgate.codecs.nfp.messages import Disconnect
+@pytest.fixture
+def nfp_watched(tmp_path: Path) -> Iterator[tuple[NfpEdge, _Connections]]:
+    """An NFP edge on a stand-in connection watch, spec worker A registered by fd 7."""
     from nfgate.edges import EdgeSettings
     from nfgate.edges.nfp import NfpEdge
-    from nfgate.model import Register, Unregister
     from nfgate.store import JobStore
 
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -335,28 +337,41 @@ def test_an_nfp_worker_that_reconnects_before_its_closing_is_read_is_handled_as_
     edge = NfpEdge(
         EdgeSettings(name="nfp", protocol="nfp", url="tcp://127.0.0.1:0", context=context), store=store
     )
-    real, fake = edge.transport, _Connections()
+    fake = _Connections()
+    edge.transport.close()
+    edge.transport = fake  # type: ignore[assignment]
+    edge.side_inputs()
+    out: list[Command] = []
+    fake.fd = 7
+    for message in (Open(header=WORKER), Ready(service="svc")):
+        edge._on_message(b"A", message, "spec", 0, out)
+    assert [type(c).__name__ for c in out] == ["Register"]
     try:
-        edge.transport = fake  # type: ignore[assignment]
-        edge.side_inputs()
-        out: list[object] = []
-        fake.fd = 7
-        for message in (Open(header=WORKER), Ready(service="svc")):
-            edge._on_message(b"A", message, "spec", 0, out)  # type: ignore[arg-type]
-        assert [type(c) for c in out] == [Register]
-        out.clear()
-        fake.fd = 9
-        edge._on_message(b"A", Keepalive(header=WORKER, service="svc"), "spec", 0, out)  # type: ignore[arg-type]
-        assert [type(c) for c in out] == [Unregister]
-        assert isinstance(nfp.decode(fake.sent[-1][1], "spec"), Disconnect)
-        fake.closed = [7]
-        assert edge._connections_closed(0) == []
-        assert edge.counters["connections_closed"] == 1
+        yield edge, fake
     finally:
-        edge.transport = real
         edge.close()
         store.close()
         context.term()
+
+
+def test_an_nfp_worker_that_reconnects_before_its_closing_is_read_is_handled_as_closed(
+    nfp_watched: tuple[NfpEdge, _Connections],
+) -> None:
+    # As above for NFP: the KEEPALIVE on the new connection finds the worker gone and is
+    # answered DISCONNECT (the spec's answer to a worker it does not know), after which
+    # the worker sends READY again.
+    from nfgate.codecs.nfp.messages import Disconnect
+    from nfgate.model import Unregister
+
+    edge, fake = nfp_watched
+    out: list[Command] = []
+    fake.fd = 9
+    edge._on_message(b"A", Keepalive(header=WORKER, service="svc"), "spec", 0, out)
+    assert [type(c) for c in out] == [Unregister]
+    assert isinstance(nfp.decode(fake.sent[-1][1], "spec"), Disconnect)
+    fake.closed = [7]
+    assert edge._connections_closed(0) == []
+    assert edge.counters["connections_closed"] == 1
 
 
 # libzmq's name for a connection whose identity ROUTER_HANDOVER gave to a newer one: a
@@ -365,101 +380,77 @@ def test_an_nfp_worker_that_reconnects_before_its_closing_is_read_is_handled_as_
 RENAMED = b"\x00\x6b\x8b\x45\x68"
 
 
-def _dcp_edge(context: zmq.Context[zmq.Socket[bytes]]) -> tuple[object, _Connections]:
+@pytest.fixture
+def watched() -> Iterator[tuple[DcpEdge, _Connections]]:
+    """A DCP edge on a stand-in connection watch, worker A registered by fd 7."""
     from nfgate.edges import EdgeSettings
     from nfgate.edges.dcp import DcpEdge
 
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     edge = DcpEdge(EdgeSettings(name="dcp", protocol="dcp", url="tcp://127.0.0.1:0", context=context))
     fake = _Connections()
     edge.transport.close()
     edge.transport = fake  # type: ignore[assignment]
     edge.side_inputs()
-    return edge, fake
+    fake.fd = 7
+    out: list[Command] = []
+    edge._on_message(b"A", Registration(service=b"svc"), "spec", out)
+    assert [type(c).__name__ for c in out] == ["Register"]
+    try:
+        yield edge, fake
+    finally:
+        edge.close()
+        context.term()
 
 
-def test_what_a_renamed_connection_left_unread_registers_no_worker() -> None:
+def test_what_a_renamed_connection_left_unread_registers_no_worker(
+    watched: tuple[DcpEdge, _Connections],
+) -> None:
     # DCP worker A registered on fd 7 reconnects under its identity; libzmq hands A's
     # name to the new connection and renames the old one, whose last PING and a second
     # registration are still queued. Read now, they come from RENAMED by fd 7, whose
     # connection has not closed: no worker RENAMED (its requests would go nowhere), A
     # untouched, each counted.
     from nfgate.codecs.dcp.messages import Ping
-    from nfgate.model import Register
 
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    edge, fake = _dcp_edge(context)
-    try:
-        out: list[object] = []
-        fake.fd = 7
-        edge._on_message(b"A", Registration(service=b"svc"), "spec", out)  # type: ignore[attr-defined]
-        assert [type(c) for c in out] == [Register]
-        out.clear()
-        sent = len(fake.sent)
-        for message in (Registration(service=b"svc"), Ping()):
-            edge._on_message(RENAMED, message, "spec", out)  # type: ignore[attr-defined]
-        assert out == [] and fake.sent[sent:] == []
-        assert set(edge._workers) == {b"A"}  # type: ignore[attr-defined]
-        assert edge.counters["handover_leftovers"] == 2  # type: ignore[attr-defined]
-        assert edge.counters["connections_closed"] == 0  # type: ignore[attr-defined]
-    finally:
-        edge.close()  # type: ignore[attr-defined]
-        context.term()
+    edge, fake = watched
+    out: list[Command] = []
+    sent = len(fake.sent)
+    for message in (Registration(service=b"svc"), Ping()):
+        edge._on_message(RENAMED, message, "spec", out)
+    assert out == [] and fake.sent[sent:] == []
+    assert set(edge._workers) == {b"A"}
+    assert edge.counters["handover_leftovers"] == 2
+    assert edge.counters["connections_closed"] == 0
 
 
-def test_a_new_connection_on_a_closed_connections_fd_is_a_new_worker() -> None:
+def test_a_new_connection_on_a_closed_connections_fd_is_a_new_worker(
+    watched: tuple[DcpEdge, _Connections],
+) -> None:
     # The other way a registration comes by a fd noted for another worker: A's
     # connection closed and a new worker (no identity of its own: libzmq's name, the
     # same shape) connected on the reused fd. The closing is there to read: A is gone,
     # the newcomer is registered.
     from nfgate.model import Register, Unregister
 
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    edge, fake = _dcp_edge(context)
-    try:
-        out: list[object] = []
-        fake.fd = 7
-        edge._on_message(b"A", Registration(service=b"svc"), "spec", out)  # type: ignore[attr-defined]
-        out.clear()
-        fake.closed = [7]
-        edge._on_message(RENAMED, Registration(service=b"svc"), "spec", out)  # type: ignore[attr-defined]
-        assert [(type(c), c.peer.address) for c in out] == [(Unregister, b"A"), (Register, RENAMED)]  # type: ignore[attr-defined]
-        assert set(edge._workers) == {RENAMED}  # type: ignore[attr-defined]
-        assert edge.counters["handover_leftovers"] == 0  # type: ignore[attr-defined]
-        fake.closed = [7]  # the newcomer's own closing, later
-        (gone,) = edge._connections_closed(0)  # type: ignore[attr-defined]
-        assert gone.peer.address == RENAMED
-    finally:
-        edge.close()  # type: ignore[attr-defined]
-        context.term()
+    edge, fake = watched
+    out: list[Command] = []
+    fake.closed = [7]
+    edge._on_message(RENAMED, Registration(service=b"svc"), "spec", out)
+    assert [(type(c), c.peer.address) for c in out] == [(Unregister, b"A"), (Register, RENAMED)]
+    assert set(edge._workers) == {RENAMED}
+    assert edge.counters["handover_leftovers"] == 0
+    fake.closed = [7]  # the newcomer's own closing, later
+    (gone,) = edge._connections_closed(0)
+    assert isinstance(gone, Unregister) and gone.peer.address == RENAMED
 
 
-def test_an_nfp_ready_left_on_a_renamed_connection_registers_no_worker(tmp_path: Path) -> None:
-    from nfgate.edges import EdgeSettings
-    from nfgate.edges.nfp import NfpEdge
-    from nfgate.model import Register
-    from nfgate.store import JobStore
-
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    store = JobStore(tmp_path / "jobs.sqlite3", fsync=False)
-    edge = NfpEdge(
-        EdgeSettings(name="nfp", protocol="nfp", url="tcp://127.0.0.1:0", context=context), store=store
-    )
-    real, fake = edge.transport, _Connections()
-    try:
-        edge.transport = fake  # type: ignore[assignment]
-        edge.side_inputs()
-        out: list[object] = []
-        fake.fd = 7
-        for message in (Open(header=WORKER), Ready(service="svc")):
-            edge._on_message(b"A", message, "norfab", 0, out)  # type: ignore[arg-type]
-        assert [type(c) for c in out] == [Register]
-        out.clear()
-        for message in (Ready(service="svc"), Keepalive(header=WORKER, service="svc")):
-            edge._on_message(RENAMED, message, "norfab", 0, out)  # type: ignore[arg-type]
-        assert out == [] and set(edge._workers) == {b"A"}
-        assert edge.counters["handover_leftovers"] == 2
-    finally:
-        edge.transport = real
-        edge.close()
-        store.close()
-        context.term()
+def test_an_nfp_ready_left_on_a_renamed_connection_registers_no_worker(
+    nfp_watched: tuple[NfpEdge, _Connections],
+) -> None:
+    edge, _ = nfp_watched
+    out: list[Command] = []
+    for message in (Ready(service="svc"), Keepalive(header=WORKER, service="svc")):
+        edge._on_message(RENAMED, message, "spec", 0, out)
+    assert out == [] and set(edge._workers) == {b"A"}
+    assert edge.counters["handover_leftovers"] == 2
