@@ -454,7 +454,7 @@ class RouterEdge(Edge, Decoding):
             return
         fd = self.transport.source_fd()
         old = self._fd_of.get(address)
-        if old == fd:
+        if old == fd or fd < 0:  # -1: no connection to tell (a transport without one)
             return
         holder = self._by_fd.get(fd)
         if holder is not None and holder != address:
@@ -512,7 +512,7 @@ class RouterEdge(Edge, Decoding):
         if self.transport.monitor is None:
             return False, []
         fd = self.transport.source_fd()
-        holder = self._by_fd.get(fd)
+        holder = self._by_fd.get(fd) if fd >= 0 else None
         if holder is None or holder == address:
             return False, []
         closed = self.transport.closed_connections()
