@@ -397,8 +397,18 @@ class Router:
             del self._jobs[job.request.id]
         if event is not Event.CANCEL and event is not Event.EXPIRE:
             self._stats["failed"] += 1
-        reply = Reply(id=job.request.id, status=status, worker=part.bound)
+        # A part waiting for a name has no worker: the name says whose part failed.
+        reply = Reply(id=job.request.id, status=status, worker=part.bound, worker_name=part.name or "")
         out.append(Deliver(reply=reply, request=job.request, remaining=job.open, reason=reason))
+
+    @staticmethod
+    def _name_bound(part: Part, w: WorkerState) -> None:
+        """An ALL part bound to ``w``, which is leaving, waits for ``w``'s name from now on,
+        as a NAMED part does: the client was told that worker serves it, and a worker that
+        comes back under its name (restarted, reconnected, MMI ``restart``) still does. A
+        worker with no name has nothing to wait for: its part fails."""
+        if part.name is None and part.bound == w.peer and w.name:
+            part.name = w.name
 
     def _lost(
         self, part: Part, now: int, out: list[Output], status: int, reason: str, *, timeout: bool = False
@@ -596,6 +606,7 @@ class Router:
             out.append(Evict(worker=peer, reason=evict_reason))
         rebound: dict[Peer, None] = {}
         for part in w.backlog.take_all():
+            self._name_bound(part, w)
             if part.name is not None:
                 part.bound = None
                 self._place(part)  # back to waiting for its name, same queueing time
@@ -608,6 +619,7 @@ class Router:
         parts = list(w.in_flight.values())
         w.in_flight.clear()
         for part in parts:
+            self._name_bound(part, w)
             self._lost(part, now, out, Status.ERROR, "worker lost")
         for other in rebound:
             self._feed(self._workers[other], now, out)

@@ -220,6 +220,46 @@ def test_all_part_fails_when_its_worker_is_lost() -> None:
     assert of(answer(r, W2, rid), Deliver)[0].final
 
 
+def test_all_part_of_a_named_worker_lost_waits_for_that_name() -> None:
+    # The client was told which workers serve its ALL job (NorFab's 202): a worker that
+    # comes back under its name (killed and restarted, MMI restart) still serves its part.
+    r = Router(CFG)
+    reg(r, W1, 0, name="w1")
+    reg(r, W2, 0, name="w2")
+    rid, _ = submit(r, req(target=ALL))
+    assert r.handle(Unregister(peer=W1), 1) == []  # nothing failed, nothing sent
+    w1b = worker("w1-reconnected")
+    out = reg(r, w1b, 2, name="w1")
+    assert dispatched(out) == [(w1b, rid)] and of(out, Dispatch)[0].attempt == 2
+    assert not of(answer(r, w1b, rid, 3), Deliver)[0].final
+    assert of(answer(r, W2, rid, 4), Deliver)[0].final
+
+
+def test_all_part_in_a_named_workers_backlog_waits_for_that_name() -> None:
+    r = Router(CFG)
+    reg(r, W1, 0, name="w1")
+    busy, _ = submit(r, req())  # W1 busy: the ALL part waits in its backlog
+    rid, out = submit(r, req(target=ALL))
+    assert not of(out, Dispatch)
+    out = r.handle(Unregister(peer=W1), 1)
+    assert not of(out, Deliver)
+    w1b = worker("w1-reconnected")
+    assert dispatched(reg(r, w1b, 2, name="w1")) == [(w1b, busy)]  # the ANY retry first
+    assert dispatched(answer(r, w1b, busy, 3)) == [(w1b, rid)]
+
+
+def test_all_part_waiting_for_its_lost_worker_expires_under_its_name() -> None:
+    r = Router(CFG)
+    reg(r, W1, 0, name="w1")
+    reg(r, W2, 0, name="w2")
+    rid, _ = submit(r, req(target=ALL))
+    r.handle(Unregister(peer=W2), 1)
+    assert of(answer(r, W1, rid, 2), Deliver)[0].remaining == 1
+    (d,) = of(r.tick(1 + CFG.queue_expiry_ms), Deliver)
+    # The failure names the worker whose part it was: NorFab's client keys results by it.
+    assert d.reply.status == 408 and d.final and d.reply.worker_name == "w2"
+
+
 # --- NAMED -------------------------------------------------------------------------------
 
 

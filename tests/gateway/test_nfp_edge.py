@@ -5,6 +5,7 @@ garbage."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import zmq
@@ -94,6 +95,28 @@ def test_named_target_comma_list_and_json_list(gw: Running) -> None:
     post(client, "svc", b"q", target='["n1","n3"]')
     assert sorted(json.loads(get(client).body[0])["workers"]) == ["n1", "n3"]  # type: ignore[attr-defined]
     assert isinstance(get(w1), Post)
+
+
+def test_a_norfab_named_worker_that_never_came_is_the_one_whose_part_fails(tmp_path: Path) -> None:
+    # NorFab's client keys a job's results by worker: the 408 of the part waiting for
+    # "n9" is keyed "n9", not under the first name of the 202 ("n1" answered already).
+    gw = start_gateway(tmp_path, "[routing]\nqueue_expiry_ms = 300\n")
+    try:
+        w1 = norfab_worker(gw, "nf", b"n1")
+        client = gw.dealer("nfp", b"c1")
+        body = b'{"task":"t","kwargs":{},"args":[]}'
+        job = post(client, "nf", body, target='["n1","n9"]', dialect="norfab")
+        assert json.loads(get(client, "norfab").body[0])["workers"] == ["n1", "n9"]  # type: ignore[attr-defined]
+        dispatched = get(w1, "norfab")
+        assert isinstance(dispatched, Post)
+        result = b'{"n1":{"result":1,"failed":false}}'
+        send(w1, Response(header=WORKER, client=b"c1", uuid=job, status=200, body=(result,)), "norfab")
+        answers = [json.loads(get(client, "norfab").body[0]) for _ in range(2)]  # type: ignore[attr-defined]
+        assert answers[0] == {"n1": {"result": 1, "failed": False}}
+        assert list(answers[1]) == ["n9"] and answers[1]["n9"]["failed"] is True
+        assert "408" in " ".join(answers[1]["n9"]["errors"])
+    finally:
+        finish(gw)
 
 
 @pytest.mark.parametrize("name", ["wörker-1", "w 2"])

@@ -104,10 +104,10 @@ def test_targets_all_list_and_bare_name(peers: Peers) -> None:
 # ------------------------------------------------------------------------------ 3
 
 
-def _wait_for_marker(marker_dir: Path, timeout: float) -> Path | None:
+def _wait_for_marker(marker_dir: Path, timeout: float, worker: str = "*") -> Path | None:
     deadline = time.monotonic() + timeout
     for _ in range(int(timeout / 0.05) + 1):
-        found = sorted(marker_dir.glob("*.started")) if marker_dir.is_dir() else []
+        found = sorted(marker_dir.glob(f"{worker}.*started")) if marker_dir.is_dir() else []
         if found:
             return found[0]
         if time.monotonic() > deadline:
@@ -182,6 +182,33 @@ def test_worker_killed_mid_job_and_restarted_under_its_name_runs_it_again(peers:
         {"worker": "w1", "seconds": 2, "kwargs": {"tag": "restarted"}},
         logs,
     )
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(75)
+def test_all_job_whose_worker_is_killed_and_restarted_gets_every_workers_result(peers: Peers) -> None:
+    """Target ``all`` on two workers; one is SIGKILLed mid-job and started again under
+    its name. The 202 named both, so the client's result must hold both: the killed
+    worker's part waits for its name and runs again on the restarted worker."""
+    peers.start_worker("w1", service="echo")
+    peers.start_worker("w2", service="echo")
+    run = peers.start_client(
+        "c-all-restart",
+        service="echo",
+        task="slow",
+        workers="all",
+        kwargs={"seconds": 3, "tag": "all-restarted"},
+        timeout=45,
+        wait_workers=["w1", "w2"],
+    )
+    assert _wait_for_marker(peers.marker_dir, timeout=20, worker="w1"), f"w1 never started\n{peers.logs()}"
+    peers.kill_worker("w1")
+    peers.start_worker("w1", service="echo")
+    answer = peers.finish(run, timeout=55)
+    logs = f"client answer: {answer!r}\n{peers.logs()}"
+    for name in ("w1", "w2"):
+        expected = {"worker": name, "seconds": 3, "kwargs": {"tag": "all-restarted"}}
+        _assert_ok(_entry(answer.get("job"), name, logs), expected, logs)
 
 
 # ------------------------------------------------------------------------------ 4
