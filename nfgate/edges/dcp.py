@@ -66,6 +66,21 @@ def service_bytes(name: str) -> bytes:
     return name.encode("utf-8", "surrogateescape")
 
 
+def for_dialect(data: tuple[bytes, ...], dialect: str) -> tuple[bytes, ...]:
+    """``data`` as a peer of ``dialect`` can be sent it. DagBox reads data up to its first
+    empty part, so trailing empty parts say nothing it would read: they are left off.
+    That is how another protocol's empty payload (MemoDB's, SADA's: one empty part)
+    reaches a DagBox peer, as no data parts. An empty part before a non-empty one is
+    kept, and the codec refuses it (:class:`EncodeError`): dropping the rest would
+    change the body."""
+    if dialect != "dagbox" or not data or data[-1]:
+        return data
+    end = len(data)
+    while end and not data[end - 1]:
+        end -= 1
+    return data[:end]
+
+
 class _Worker:
     __slots__ = ("beats_heard", "beats_sent", "held", "service")
 
@@ -273,11 +288,11 @@ class DcpEdge(RouterEdge):
                 service_bytes(request.service.name),
                 given,
                 request.metadata,
-                request.body,
-                self._dialects.get(address, "spec"),
+                for_dialect(request.body, dialect := self._dialects.get(address, "spec")),
+                dialect,
             )
         except EncodeError as exc:
-            # e.g. an empty data part for a DagBox worker: it could not read it.
+            # An empty data part before another for a DagBox worker: it could not read it.
             del worker.held[request.id]
             self.counters["unencodable"] += 1
             log.debug("%s: cannot send request %d: %s", self.name, request.id, exc.reason)
@@ -305,11 +320,12 @@ class DcpEdge(RouterEdge):
             frames = wire.reply_frames(
                 address if dialect == "dagbox" else None,
                 reply.metadata or out.request.metadata,
-                reply.body,
+                for_dialect(reply.body, dialect),
                 dialect,
             )
         except EncodeError as exc:
             self.counters["unencodable"] += 1
+            self.counters["client_errors_unsent"] += 1  # the client learns nothing: DCP has no error reply
             log.debug("%s: cannot deliver reply %d: %s", self.name, reply.id, exc.reason)
             return
         self.send_later(address, frames)

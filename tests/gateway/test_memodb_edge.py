@@ -217,6 +217,35 @@ def test_memodb_client_served_by_dcp_worker(fast: tuple[Running, Peers]) -> None
     assert get(client) == Result(payload=b"converted")
 
 
+def test_an_empty_payload_crosses_to_and_from_a_dagbox_peer(fast: tuple[Running, Peers]) -> None:
+    # MemoDB's empty payload is one empty part; DagBox reads data up to its first empty
+    # part, so it gets (and gives) no data parts: the same empty body, both ways.
+    gw, peers = fast
+    worker = gw.dealer("dcp")
+    worker.send_multipart(dcp.encode(Registration(service=b"dbx"), "dagbox"))
+    assert dcp.decode(recv(worker), "dagbox") == Registration(service=b"dbx")
+    client = peers.req()
+    send(client, Job(service="dbx", timeout_ms=5000, payload=b""))
+    request = dcp.decode(recv(worker), "dagbox")
+    assert isinstance(request, DcpRequest) and request.data == ()
+    worker.send_multipart(
+        dcp.encode(DcpReply(client=request.client, metadata=request.metadata, data=(b"ok",)), "dagbox")
+    )
+    assert get(client) == Result(payload=b"ok")
+    # A DagBox client served by a MemoDB worker whose result is empty.
+    memo_worker = peers.req()
+    ready(gw, memo_worker, "emp")
+    dagbox_client = gw.dealer("dcp")
+    dagbox_client.send_multipart(
+        dcp.encode(DcpRequest(service=b"emp", client=None, metadata=(b"m1",), data=(b"x",)), "dagbox")
+    )
+    job = next_job(memo_worker)
+    send(memo_worker, Result(id=job.id, payload=b""))
+    reply = dcp.decode(recv(dagbox_client), "dagbox")
+    assert isinstance(reply, DcpReply) and reply.metadata == (b"m1",) and reply.data == ()
+    assert gw.gateway.edges["dcp"].stats()["unencodable"] == 0
+
+
 def _nfp_get(sock: object) -> object:
     for _ in range(20):
         message = nfp.decode(recv(sock))  # type: ignore[arg-type]
