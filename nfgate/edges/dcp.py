@@ -66,15 +66,13 @@ def service_bytes(name: str) -> bytes:
     return name.encode("utf-8", "surrogateescape")
 
 
-def for_dialect(data: tuple[bytes, ...], dialect: str) -> tuple[bytes, ...]:
-    """``data`` as a peer of ``dialect`` can be sent it. DagBox reads data up to its first
-    empty part, so trailing empty parts say nothing it would read: they are left off.
-    That is how another protocol's empty payload (MemoDB's, SADA's: one empty part)
-    reaches a DagBox peer, as no data parts. An empty part before a non-empty one is
-    kept, and the codec refuses it (:class:`EncodeError`): dropping the rest would
-    change the body."""
-    if dialect != "dagbox" or not data or data[-1]:
-        return data
+def dagbox_data(data: tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """``data`` as a DagBox peer can be sent it. DagBox reads data up to its first empty
+    part, so trailing empty parts say nothing it would read: they are left off. That
+    is how another protocol's empty payload (MemoDB's, SADA's: one empty part) reaches
+    a DagBox peer, as no data parts. An empty part before a non-empty one is kept, and
+    the codec refuses it (:class:`EncodeError`): dropping the rest would change the
+    body. (Called for DagBox peers only: the spec dialect's path pays no call.)"""
     end = len(data)
     while end and not data[end - 1]:
         end -= 1
@@ -283,12 +281,13 @@ class DcpEdge(RouterEdge):
         client = request.reply_to
         given = client.address if client.edge == self.name else STAND_IN + str(request.id).encode()
         worker.held[request.id] = (given, request.metadata)
+        dialect = self._dialects.get(address, "spec")
         try:
             frames = wire.request_frames(
                 service_bytes(request.service.name),
                 given,
                 request.metadata,
-                for_dialect(request.body, dialect := self._dialects.get(address, "spec")),
+                dagbox_data(request.body) if dialect == "dagbox" else request.body,
                 dialect,
             )
         except EncodeError as exc:
@@ -320,7 +319,7 @@ class DcpEdge(RouterEdge):
             frames = wire.reply_frames(
                 address if dialect == "dagbox" else None,
                 reply.metadata or out.request.metadata,
-                for_dialect(reply.body, dialect),
+                dagbox_data(reply.body) if dialect == "dagbox" else reply.body,
                 dialect,
             )
         except EncodeError as exc:
