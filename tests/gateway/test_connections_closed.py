@@ -23,6 +23,7 @@ from nfgate.codecs.nfp.messages import CLIENT, WORKER, Keepalive, Open, Post, Re
 from .conftest import Running, recv, running_on, until
 
 if TYPE_CHECKING:
+    from nfgate.edges import RouterEdge
     from nfgate.edges.dcp import DcpEdge
     from nfgate.edges.nfp import NfpEdge
     from nfgate.model import Command
@@ -254,6 +255,15 @@ class _Connections:
         """Nothing to close: the edge's own transport was closed when this replaced it."""
 
 
+def _on_stand_in(edge: RouterEdge) -> _Connections:
+    """Close ``edge``'s socket and put it on a stand-in connection watch."""
+    fake = _Connections()
+    edge.transport.close()
+    edge.transport = fake  # type: ignore[assignment]
+    edge.side_inputs()
+    return fake
+
+
 def test_a_closing_read_after_its_fd_was_reused_is_not_taken_for_the_new_connection() -> None:
     # Worker A's connection (fd 7) closes and a new worker B connects on fd 7; B's
     # registration is read before A's closing (both during one batch). A is gone, B is
@@ -264,10 +274,8 @@ def test_a_closing_read_after_its_fd_was_reused_is_not_taken_for_the_new_connect
 
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     edge = DcpEdge(EdgeSettings(name="dcp", protocol="dcp", url="tcp://127.0.0.1:0", context=context))
-    real, fake = edge.transport, _Connections()
+    fake = _on_stand_in(edge)
     try:
-        edge.transport = fake  # type: ignore[assignment]
-        edge.side_inputs()
         for address in (b"A", b"B"):
             fake.fd = 7
             edge._workers[address] = _Worker(b"svc")
@@ -280,7 +288,6 @@ def test_a_closing_read_after_its_fd_was_reused_is_not_taken_for_the_new_connect
         (gone,) = edge._connections_closed(0)
         assert gone.peer.address == b"B" and not edge._workers
     finally:
-        edge.transport = real
         edge.close()
         context.term()
 
@@ -298,10 +305,8 @@ def test_a_worker_that_reconnects_before_its_closing_is_read_is_handled_as_close
 
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     edge = DcpEdge(EdgeSettings(name="dcp", protocol="dcp", url="tcp://127.0.0.1:0", context=context))
-    real, fake = edge.transport, _Connections()
+    fake = _on_stand_in(edge)
     try:
-        edge.transport = fake  # type: ignore[assignment]
-        edge.side_inputs()
         out: list[object] = []
         fake.fd = 7
         edge._on_message(b"A", Registration(service=b"svc"), "spec", out)  # type: ignore[arg-type]
@@ -320,7 +325,6 @@ def test_a_worker_that_reconnects_before_its_closing_is_read_is_handled_as_close
         (gone,) = edge._connections_closed(0)
         assert isinstance(gone, Unregister) and gone.peer.address == b"A"
     finally:
-        edge.transport = real
         edge.close()
         context.term()
 
@@ -337,10 +341,7 @@ def nfp_watched(tmp_path: Path) -> Iterator[tuple[NfpEdge, _Connections]]:
     edge = NfpEdge(
         EdgeSettings(name="nfp", protocol="nfp", url="tcp://127.0.0.1:0", context=context), store=store
     )
-    fake = _Connections()
-    edge.transport.close()
-    edge.transport = fake  # type: ignore[assignment]
-    edge.side_inputs()
+    fake = _on_stand_in(edge)
     out: list[Command] = []
     fake.fd = 7
     for message in (Open(header=WORKER), Ready(service="svc")):
@@ -388,10 +389,7 @@ def watched() -> Iterator[tuple[DcpEdge, _Connections]]:
 
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     edge = DcpEdge(EdgeSettings(name="dcp", protocol="dcp", url="tcp://127.0.0.1:0", context=context))
-    fake = _Connections()
-    edge.transport.close()
-    edge.transport = fake  # type: ignore[assignment]
-    edge.side_inputs()
+    fake = _on_stand_in(edge)
     fake.fd = 7
     out: list[Command] = []
     edge._on_message(b"A", Registration(service=b"svc"), "spec", out)
