@@ -151,12 +151,18 @@ class Action:
 
 @attrs.frozen(kw_only=True)
 class Register:
-    """A worker/server offers services. ``capacity`` is how many requests it takes at once."""
+    """A worker/server offers services. ``capacity`` is how many requests it takes at once.
+
+    ``name`` is what named targets match and what replies are keyed by. ``name_lasts``
+    is False for a name that dies with the worker's connection (one libzmq or the edge
+    made up): a worker that comes back never has it again, so nothing bound to it waits
+    for it to return."""
 
     peer: Peer
     services: tuple[ServiceRef, ...] = attrs.field(converter=_tuple)
     capacity: int = attrs.field(default=1, validator=_int_at_least(1))
     name: str = attrs.field(default="", validator=v.instance_of(str))  # NFP worker name
+    name_lasts: bool = attrs.field(default=True, validator=v.instance_of(bool))
 
 
 @attrs.frozen(kw_only=True)

@@ -288,6 +288,7 @@ class WorkerState:
         "capacity",
         "in_flight",
         "name",
+        "name_lasts",
         "names",
         "peer",
         "services",
@@ -299,6 +300,7 @@ class WorkerState:
         self.since = since  # now_ms at registration
         self.peer = reg.peer
         self.name = reg.name
+        self.name_lasts = reg.name_lasts
         self.services: tuple[ServiceRef, ...] = ()
         self.names: tuple[str, ...] = ()
         self.base = self.capacity = 0  # as registered; capacity adds slots granted by heartbeats

@@ -163,7 +163,9 @@ class Router:
             w = self._workers[part.worker]
             del w.in_flight[part.job.request.id]
             self._stats["timeouts"] += 1
-            self._lost(part, now_ms, out, Status.GATEWAY_TIMEOUT, "worker timed out", timeout=True)
+            self._lost(
+                part, now_ms, out, Status.GATEWAY_TIMEOUT, "worker timed out", timeout=True, name=w.name
+            )
             self._feed(w, now_ms, out)
         return out
 
@@ -388,8 +390,10 @@ class Router:
         self._prune_queue(name, version)
         return part
 
-    def _finish(self, part: Part, event: Event, status: int, reason: str, out: list[Output]) -> None:
-        """End a part with an error reply from the core."""
+    def _finish(
+        self, part: Part, event: Event, status: int, reason: str, out: list[Output], name: str = ""
+    ) -> None:
+        """End a part with an error reply from the core; ``name``: the worker that lost it."""
         advance(part, event)
         job = part.job
         job.open -= 1
@@ -398,7 +402,7 @@ class Router:
         if event is not Event.CANCEL and event is not Event.EXPIRE:
             self._stats["failed"] += 1
         # A part waiting for a name has no worker: the name says whose part failed.
-        reply = Reply(id=job.request.id, status=status, worker=part.bound, worker_name=part.name or "")
+        reply = Reply(id=job.request.id, status=status, worker=part.bound, worker_name=part.name or name)
         out.append(Deliver(reply=reply, request=job.request, remaining=job.open, reason=reason))
 
     @staticmethod
@@ -406,18 +410,28 @@ class Router:
         """An ALL part bound to ``w``, which is leaving, waits for ``w``'s name from now on,
         as a NAMED part does: the client was told that worker serves it, and a worker that
         comes back under its name (restarted, reconnected, MMI ``restart``) still does. A
-        worker with no name has nothing to wait for: its part fails."""
-        if part.name is None and part.bound == w.peer and w.name:
+        worker with no name, or one its connection made up (``Register.name_lasts``), has
+        nothing to wait for: its part fails."""
+        if part.name is None and part.bound == w.peer and w.name and w.name_lasts:
             part.name = w.name
 
     def _lost(
-        self, part: Part, now: int, out: list[Output], status: int, reason: str, *, timeout: bool = False
+        self,
+        part: Part,
+        now: int,
+        out: list[Output],
+        status: int,
+        reason: str,
+        *,
+        timeout: bool = False,
+        name: str = "",
     ) -> None:
-        """An in-flight part lost its worker (already removed from its in_flight)."""
+        """An in-flight part lost its worker (already removed from its in_flight), whose
+        ``name`` an error reply carries."""
         part.worker = None
         all_part = part.name is None and part.bound is not None
         if all_part or (timeout and part.name is not None) or part.attempts > self._cfg.max_redispatch:
-            self._finish(part, Event.FAIL, status, reason, out)
+            self._finish(part, Event.FAIL, status, reason, out, name)
             return
         advance(part, Event.REQUEUE)
         if part.name is not None:
@@ -615,11 +629,11 @@ class Router:
             else:
                 self._waiting.pop(part)
                 self._uncount(part.job.request.service.name)
-                self._finish(part, Event.FAIL, Status.ERROR, "worker left", out)
+                self._finish(part, Event.FAIL, Status.ERROR, "worker left", out, w.name)
         parts = list(w.in_flight.values())
         w.in_flight.clear()
         for part in parts:
             self._name_bound(part, w)
-            self._lost(part, now, out, Status.ERROR, "worker lost")
+            self._lost(part, now, out, Status.ERROR, "worker lost", name=w.name)
         for other in rebound:
             self._feed(self._workers[other], now, out)

@@ -33,7 +33,15 @@ def identity_label(identity: bytes) -> str:
     return "id-" + identity.hex()
 
 
-__all__ = ["Limits", "RouterEndpoint", "connect_dealer", "identity_label"]
+def identity_lasts(identity: bytes) -> bool:
+    """False for an identity libzmq made up for a peer that set none: five bytes, a zero
+    then a 32-bit counter (libzmq's ``router_t::identify_peer``; the guide reserves
+    identities starting with a zero byte for it). The peer gets a new one on every
+    connection, so it never comes back under it; an identity the peer chose does."""
+    return len(identity) != 5 or identity[0] != 0
+
+
+__all__ = ["Limits", "RouterEndpoint", "connect_dealer", "identity_label", "identity_lasts"]
 
 log = logging.getLogger("nfgate.transports.zmq")
 

@@ -23,7 +23,7 @@ from nfgate.errors import ConfigError, DecodeError
 from nfgate.model import Command, Peer, ServiceRef
 from nfgate.routing_types import Output
 from nfgate.transports.curve import load_server_keys
-from nfgate.transports.zmq import Limits, RouterEndpoint, identity_label
+from nfgate.transports.zmq import Limits, RouterEndpoint, identity_label, identity_lasts
 
 if TYPE_CHECKING:
     from nfgate.gateway import Gateway
@@ -42,6 +42,7 @@ __all__ = [
     "Traffic",
     "WireCounts",
     "forget_oldest",
+    "identity_lasts",
     "peer_label",
 ]
 

@@ -31,7 +31,7 @@ from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.dcp.session import Action, PeerState, step
-from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, forget_oldest
+from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, forget_oldest, identity_lasts
 from nfgate.errors import EncodeError
 from nfgate.model import (
     Command,
@@ -181,7 +181,15 @@ class DcpEdge(RouterEdge):
                 # "the broker will confirm it by responding with the same message"
                 self.send(address, wire.encode(message, dialect))
                 service = ServiceRef(name=service_text(message.service))
-                out.append(Register(peer=peer, services=(service,), capacity=1, name=self._name(address)))
+                out.append(
+                    Register(
+                        peer=peer,
+                        services=(service,),
+                        capacity=1,
+                        name=self._name(address),
+                        name_lasts=identity_lasts(address),
+                    )
+                )
             case Action.RECONNECT, _:
                 self.counters["reconnects_sent"] += 1
                 self.send(address, self._reconnect[dialect])

@@ -314,7 +314,10 @@ class MemodbEdge(Edge):
         if len(names) != len(ready.services):
             self.counters["services_ignored"] += len(ready.services) - len(names)
         services = tuple(self.service(name) for name in names)
-        out.append(Register(peer=worker.peer, services=services, capacity=1, name=worker.name))
+        # The name is this registration's id: a worker that comes back gets another.
+        out.append(
+            Register(peer=worker.peer, services=services, capacity=1, name=worker.name, name_lasts=False)
+        )
         self._hold(worker, key, now, out)
 
     def _new_id(self) -> bytes:

@@ -43,7 +43,15 @@ from nfgate.codecs.nfp.messages import (
     Stream,
 )
 from nfgate.codecs.nfp.session import Action, PeerState, step
-from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, forget_oldest, peer_label
+from nfgate.edges import (
+    BeatCounts,
+    EdgeSettings,
+    RouterEdge,
+    WireCodec,
+    forget_oldest,
+    identity_lasts,
+    peer_label,
+)
 from nfgate.edges.kinds import NORFAB_WORKER_CAPACITY
 from nfgate.edges.nfp_jobs import NfpJobs
 from nfgate.edges.nfp_services import NfpOptions, NfpServices
@@ -265,6 +273,7 @@ class NfpEdge(RouterEdge):
                         services=(ServiceRef(name=message.service),),
                         capacity=self._norfab_capacity if dialect == "norfab" else 1,
                         name=self.peer_name(address),
+                        name_lasts=identity_lasts(address),
                     )
                 )
             case Action.HEARTBEAT, _:

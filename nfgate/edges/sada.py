@@ -32,7 +32,15 @@ from nfgate.codecs import sada as wire
 from nfgate.codecs._base import Message
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.codecs.sada.session import Action, ChannelState, channel_step, piran_evidence, request_id
-from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, forget_oldest, peer_label
+from nfgate.edges import (
+    BeatCounts,
+    EdgeSettings,
+    RouterEdge,
+    WireCodec,
+    forget_oldest,
+    identity_lasts,
+    peer_label,
+)
 from nfgate.edges.sada_common import (
     DEFAULT_PROTO,
     WireCache,
@@ -221,7 +229,8 @@ class SadaChannelEdge(RouterEdge):
         self._servers[address] = p
         self._due[address] = now + self._interval
         self._due.move_to_end(address)
-        return [Register(peer=peer, services=services, capacity=self._capacity, name=self._label(address))]
+        name, lasts = self._label(address), identity_lasts(address)
+        return [Register(peer=peer, services=services, capacity=self._capacity, name=name, name_lasts=lasts)]
 
     @staticmethod
     def _label(address: bytes) -> str:

@@ -42,9 +42,13 @@ def reg(
     *services: ServiceRef,
     capacity: int = 1,
     name: str = "",
+    name_lasts: bool = True,
 ) -> list[Output]:
     return router.handle(
-        Register(peer=peer, services=services or (svc(),), capacity=capacity, name=name), now
+        Register(
+            peer=peer, services=services or (svc(),), capacity=capacity, name=name, name_lasts=name_lasts
+        ),
+        now,
     )
 
 

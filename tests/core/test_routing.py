@@ -248,6 +248,23 @@ def test_all_part_in_a_named_workers_backlog_waits_for_that_name() -> None:
     assert dispatched(answer(r, w1b, busy, 3)) == [(w1b, rid)]
 
 
+@pytest.mark.parametrize("busy", [False, True], ids=["in-flight", "in-backlog"])
+def test_all_part_of_a_worker_whose_name_dies_with_it_fails_at_once(busy: bool) -> None:
+    # A name libzmq or the edge made up (DCP or MemoDB worker with no identity of its
+    # own) never comes back: waiting for it would only turn a 500 now into a 408 later.
+    r = Router(CFG)
+    reg(r, W1, 0, name="dcp-0012345678", name_lasts=False)
+    reg(r, W2, 0, name="w2")
+    if busy:
+        submit(r, req())  # W1 takes it; the ALL part waits in W1's backlog
+    rid, _ = submit(r, req(target=ALL))
+    out = r.handle(Unregister(peer=W1), 1)
+    (d,) = (d for d in of(out, Deliver) if d.reply.id == rid)
+    assert d.reply.status == 500 and d.remaining == 1 and d.reply.worker_name == "dcp-0012345678"
+    assert of(answer(r, W2, rid, 2), Deliver)[0].final
+    assert not of(r.tick(1 + CFG.queue_expiry_ms), Deliver)  # nothing left waiting for the name
+
+
 def test_all_part_waiting_for_its_lost_worker_expires_under_its_name() -> None:
     r = Router(CFG)
     reg(r, W1, 0, name="w1")

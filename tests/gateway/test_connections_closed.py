@@ -226,6 +226,43 @@ def test_a_dcp_worker_whose_connection_closes_has_its_request_dispatched_again(t
         assert gw.gateway.edges["dcp"].counters["connections_closed"] == 1
 
 
+@pytest.mark.parametrize("protocol", ["dcp", "nfp"])
+def test_an_all_part_of_a_worker_with_no_identity_fails_when_its_connection_closes(
+    tmp_path: Path, protocol: str
+) -> None:
+    # Its name is one libzmq made up for that connection: it never comes back under it,
+    # so the part fails at once (500), not after the queue expiry (300 s) as a part of a
+    # worker with a name of its own would (it waits for that name).
+    with running_on(tmp_path, SLOW_BEATS) as gw:
+        workers = []
+        for _ in range(2):
+            sock = gw.dealer(protocol)  # no identity
+            if protocol == "dcp":
+                sock.send_multipart(dcp.encode(Registration(service=b"svc")))
+                recv(sock)
+            else:
+                sock.send_multipart(nfp.encode(Ready(service="svc")))
+            workers.append(sock)
+        until(lambda: len(gw.gateway.router.workers()) == 2)
+        client = gw.dealer("nfp", b"c1")
+        job = Post(header=CLIENT, service="svc", target="all", uuid="u1", body=(b"x",))
+        client.send_multipart(nfp.encode(job))
+        held = [dcp.decode(recv(workers[1]), "spec") if protocol == "dcp" else next_post(workers[1])]
+        workers[0].close(0)
+        assert final_status(client) == 500
+        if protocol == "dcp":
+            (asked,) = held
+            assert isinstance(asked, DcpRequest)
+            reply = DcpReply(client=asked.client, metadata=asked.metadata, data=(b"y",))
+            workers[1].send_multipart(dcp.encode(reply))
+        else:
+            (post_,) = held
+            assert isinstance(post_, Post)
+            answer(workers[1], post_, b"y")
+        assert final_status(client) == 200
+        assert gw.gateway.router.stats()["jobs"] == 0
+
+
 class _Connections:
     """Stands in for the transport's connection watch: the fd of the message being
     handled, and the closings the monitor has to tell."""

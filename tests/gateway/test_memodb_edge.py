@@ -274,6 +274,30 @@ def test_spec_nfp_client_served_by_memodb_worker(fast: tuple[Running, Peers]) ->
     assert reply.body == (b'"ABC"',)
 
 
+def test_an_all_part_of_a_memodb_worker_whose_connection_closes_fails_at_once(
+    fast: tuple[Running, Peers],
+) -> None:
+    # A MemoDB worker's name is its registration's id: one that comes back gets another,
+    # so its part of an ALL job fails now (500), not after the queue expiry (408).
+    gw, peers = fast
+    workers = [connect_req(peers.url, recv_timeout_ms=3000) for _ in range(2)]
+    peers.socks.append(workers[1])
+    for worker in workers:
+        ready(gw, worker, "echo")
+    client = gw.dealer("nfp", b"nfc")
+    client.send_multipart(
+        nfp.encode(Post(header=CLIENT, service="echo", target="all", uuid="j1", body=(b"x",)))
+    )
+    assert _nfp_get(client).status == 202  # type: ignore[attr-defined]
+    jobs = [next_job(worker) for worker in workers]
+    workers[0].close()
+    failed = _nfp_get(client)
+    assert isinstance(failed, Response) and failed.status == 500
+    send(workers[1], Result(id=jobs[1].id, payload=b"y"))
+    done = _nfp_get(client)
+    assert isinstance(done, Response) and done.status == 200 and done.body == (b"y",)
+
+
 def test_memodb_worker_serves_nfp_worker_registered_alongside(fast: tuple[Running, Peers]) -> None:
     """A MemoDB client's job goes to whichever worker of the service is free: here an NFP one."""
     gw, peers = fast

@@ -9,7 +9,7 @@ import pytest
 import zmq
 
 from nfgate.errors import TransportError
-from nfgate.transports.zmq import Limits, RouterEndpoint, connect_dealer
+from nfgate.transports.zmq import Limits, RouterEndpoint, connect_dealer, identity_lasts
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -41,6 +41,25 @@ def test_identity_is_stripped_on_receive_and_added_on_send(ctx: zmq.Context[zmq.
     assert dealer.poll(5000)
     assert dealer.recv_multipart() == [b"", b"DGBX\x01", b"\x03"]
     assert (router.received, router.sent, router.receive_failures, router.send_failures) == (1, 1, 0, 0)
+    router.close()
+
+
+def test_only_an_identity_the_peer_chose_is_taken_to_last(ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    # A DEALER that sets none gets a new identity from the ROUTER on every connection:
+    # nothing may wait for a worker to come back under it.
+    router = RouterEndpoint(ctx, "tcp://127.0.0.1:*")
+    made_up = []
+    for _ in range(2):
+        dealer = connect_dealer(ctx, router.endpoint, None)
+        dealer.send_multipart([b"x"])
+        made_up.append(_recv(router)[0])
+        dealer.close(0)
+    chosen = connect_dealer(ctx, router.endpoint, identity=b"w1")
+    chosen.send_multipart([b"x"])
+    assert _recv(router)[0] == b"w1" and identity_lasts(b"w1")
+    assert made_up[0] != made_up[1] and not any(identity_lasts(i) for i in made_up)
+    # NorFab's identities are names; a chosen five-byte one is kept unless it starts with a zero byte.
+    assert identity_lasts(b"nornir-worker-1") and identity_lasts(b"w0001") and identity_lasts(b"\x00" * 6)
     router.close()
 
 
