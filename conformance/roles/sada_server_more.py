@@ -11,6 +11,7 @@ from nfgate.conformance.context import CaseContext, NoAnswer, Received, describe
 from nfgate.conformance.roles import _sada
 from nfgate.conformance.roles._sada import clause, proto
 from nfgate.conformance.roles.sada_server import ROLE, bind, channel, connected, probe, request
+from nfgate.transports.zmq import identity_lasts
 
 case = ROLE.case
 
@@ -43,7 +44,7 @@ def channel_restart(ctx: CaseContext) -> None:
         got = fresh.recv(ctx, "INTR after the restart", window, skip=("PONG",))
     except NoAnswer:
         got = None
-    if got is None and old is not None and not (len(old) == 5 and old[0] == 0):
+    if got is None and old is not None and identity_lasts(old):
         # A server with an identity of its own can be asked (RINTR) under its old name.
         fresh.reach(ctx, Rintr(proto=proto(ctx)), [old], window)
         try:

@@ -518,7 +518,7 @@ class RouterEdge(Edge, Decoding):
             return False, []
         closed = self.transport.closed_connections()
         commands = self._closings(closed)
-        renamed = fd not in closed and len(address) == 5 and address[0] == 0
+        renamed = fd not in closed and not identity_lasts(address)
         return renamed, commands
 
     def _connections_closed(self, now_ms: int) -> list[Command]:
