@@ -17,10 +17,11 @@ under ``--out``:
 - ``aggregates/protocol``, ``aggregates/service``, ``aggregates/peer``;
 - ``summary.json`` and ``report.html`` (:mod:`nfgate.analysis.report`).
 
-Pairing. Requests and replies with the same (gateway, edge, peer, side, key) are paired in
-order: the n-th request with the n-th reply. Where keys are unique (NFP uuids, MemoDB
-and SADA ids) that is exact; DCP keys are the metadata parts, which a client may reuse,
-and DBP has no id at all, so those pair first-come first-served, as their brokers answer.
+Pairing. On the same (gateway, edge, peer, side, key), a reply answers the latest request
+before it that has no reply yet (:func:`nfgate.analysis.queries.tables`). Where keys are
+unique (NFP uuids, MemoDB and SADA ids) that is exact; DCP keys are the metadata parts,
+which a client may reuse (a retry after the gateway dropped the first), and DBP has no
+id at all, its workers one request at a time.
 
 Failures. Everything found before Spark starts, and Spark failing to start, is a
 :class:`ConfigError` (exit status 2 on the command line); a failure once the job runs

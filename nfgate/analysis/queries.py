@@ -46,32 +46,57 @@ def tables(commands: DataFrame) -> dict[str, DataFrame]:
     }
 
 
-def _side(request: bool) -> Any:
-    # A request read from a peer is its client's; one the gateway sent went to a worker.
-    inbound = F.col("direction") == "in"
-    client = inbound if request else ~inbound
-    return F.when(client, F.lit("client")).otherwise(F.lit("worker"))
-
-
 def _exchanges(commands: DataFrame) -> DataFrame:
+    """Each request with its reply: on the same (gateway, edge, peer, side, key), a reply
+    answers the latest request before it that has no reply yet, as a stack matches
+    brackets (docs/pipeline.md, "Pairing").
+
+    With unique keys (NFP, MemoDB, SADA) that is the one request of its key. Where a key
+    repeats (DCP metadata, DBP's none), the latest open request is the one a client that
+    retries with the same metadata waits for, and a DCP or DBP worker holds one request
+    at a time. A reply never pairs with a later request, and a reply with no open request
+    before it (its request before the capture's window, or a second final answer) pairs
+    with none.
+
+    In window terms: ``depth`` is the number of open requests, the running sum of +1 per
+    request and -1 per reply, held at 0 by subtracting its running minimum. The request
+    that opens depth d and the reply that closes it share ``level`` d; at each level
+    requests and replies alternate, so the n-th request of a level pairs with the n-th
+    reply of that level. A reply at level 0 closes nothing."""
     part = ["gateway", "edge", "peer", "side", "key"]
-    order = Window.partitionBy(*part).orderBy("ts_ns")
-    requests = (
-        commands.where(F.col("role") == "request")
-        .withColumn("side", _side(True))
-        .withColumn("n", F.row_number().over(order))
-        .select(*part, "n", "protocol", "service", F.col("ts_ns").alias("request_ts_ns"))
+    request = F.col("role") == "request"
+    # A request read from a peer is its client's, one the gateway sent went to a worker;
+    # a reply goes the other way.
+    client = (F.col("direction") == "in") == request
+    events = (
+        commands.where(F.col("role").isin("request", "reply"))
+        .withColumn("side", F.when(client, F.lit("client")).otherwise(F.lit("worker")))
+        .withColumn("step", F.when(request, F.lit(1)).otherwise(F.lit(-1)))
     )
-    replies = (
-        commands.where(F.col("role") == "reply")
-        .withColumn("side", _side(False))
-        .withColumn("n", F.row_number().over(order))
-        .select(*part, "n", F.col("ts_ns").alias("reply_ts_ns"), "status", F.col("type").alias("reply_type"))
+    # Requests before replies of the same instant: a reply never precedes its request.
+    order = Window.partitionBy(*part).orderBy("ts_ns", F.col("step").desc())
+    so_far = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = order.rowsBetween(Window.unboundedPreceding, -1)
+    levelled = (
+        events.withColumn("sum", F.sum("step").over(so_far))
+        .withColumn("floor", F.coalesce(F.min(F.least(F.col("sum"), F.lit(0))).over(before), F.lit(0)))
+        # The depth after a request, the depth before a reply.
+        .withColumn("level", F.col("sum") - F.col("floor") + F.when(request, F.lit(0)).otherwise(F.lit(1)))
+        .where(F.col("level") > 0)
+    )
+    numbered = levelled.withColumn(
+        "n", F.row_number().over(Window.partitionBy(*part, "level", "step").orderBy("ts_ns"))
+    )
+    requests = numbered.where(request).select(
+        *part, "level", "n", "protocol", "service", F.col("ts_ns").alias("request_ts_ns")
+    )
+    replies = numbered.where(~request).select(
+        *part, "level", "n", F.col("ts_ns").alias("reply_ts_ns"), "status", F.col("type").alias("reply_type")
     )
     return (
-        requests.join(replies, on=[*part, "n"], how="left")
+        requests.join(replies, on=[*part, "level", "n"], how="left")
         .withColumn("latency_us", (F.col("reply_ts_ns") - F.col("request_ts_ns")) / 1000.0)
-        .drop("n")
+        .drop("level", "n")
     )
 
 

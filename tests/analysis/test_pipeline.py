@@ -235,6 +235,53 @@ def test_two_gateways_with_the_same_edge_peer_and_key_names_are_paired_apart(tmp
     }
 
 
+def test_a_reply_answers_the_latest_open_request_of_its_key(tmp_path: Path) -> None:
+    """Where keys repeat (DCP metadata; the gateway sends a DCP worker none), a reply
+    pairs with the latest request before it still open: a window that starts between a
+    request and its reply shifts nothing and makes no negative latency, and a client's
+    retry with the same metadata (the first one dropped, DCP has no error reply) gets
+    the reply, the first none. Times in ns."""
+    ms = 1_000_000
+    req = dcp.encode(dcp.messages.Request(service=b"echo", metadata=(b"k",), data=(b"x",)))
+    rep = dcp.encode(dcp.messages.Reply(metadata=(b"k",), data=(b"x",)))
+    to_worker = dcp.encode(dcp.messages.Request(service=b"echo", client=b"nfgate:1", data=(b"x",)))
+    from_worker = dcp.encode(dcp.messages.Reply(client=b"nfgate:1", data=(b"x",)))
+    events = [
+        (1 * ms, "worker", "out", to_worker),  # before the window: its reply closes nothing
+        (3 * ms, "worker", "in", from_worker),
+        (4 * ms, "worker", "out", to_worker),
+        (6 * ms, "worker", "in", from_worker),
+        (7 * ms, "worker", "out", to_worker),
+        (9 * ms, "worker", "in", from_worker),
+        (10 * ms, "retrying", "in", req),  # dropped by the gateway: never answered
+        (12 * ms, "retrying", "in", req),
+        (13 * ms, "retrying", "out", rep),
+        (20 * ms, "pipelining", "in", req),  # three at once under one key: all answered
+        (21 * ms, "pipelining", "in", req),
+        (22 * ms, "pipelining", "in", req),
+        (23 * ms, "pipelining", "out", rep),
+        (24 * ms, "pipelining", "out", rep),
+        (25 * ms, "pipelining", "out", rep),
+    ]
+    stamps = iter([t for t, _, _, _ in events])
+    cap = Capture(CaptureConfig(dir=tmp_path / "source"), clock=stamps.__next__)
+    tap = cap.tap_for("dcp", "dcp", "zmq")
+    for _, peer, direction, frames in events:
+        tap(direction, peer, frames)
+    cap.close()
+    analyze(tmp_path / "source", tmp_path / "out", "local[1]", window=(2 * ms, None))
+    found: dict[str, list[tuple[int, int | None]]] = {}
+    for e in table({"out": tmp_path / "out"}, "exchanges"):
+        found.setdefault(e["peer"], []).append(
+            (e["request_ts_ns"] // ms, e["reply_ts_ns"] and e["reply_ts_ns"] // ms)
+        )
+    assert sorted(found["worker"]) == [(4, 6), (7, 9)]
+    assert sorted(found["retrying"]) == [(10, None), (12, 13)]
+    pipelined = found["pipelining"]
+    assert len(pipelined) == 3 and all(reply is not None and reply > request for request, reply in pipelined)
+    assert {reply for _, reply in pipelined} == {23, 24, 25}
+
+
 def test_the_gateway_label_is_the_segments_directory_and_pid() -> None:
     assert gateway_label("file:///data/caps/gw%201/capture-20261125T120000-4242-00003.parquet") == "gw 1:4242"
     assert gateway_label("hdfs://nn/caps/capture-20261125T120000-7-00001.parquet") == "caps:7"
