@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from nfgate.cliparams import FiniteRange, NonEmptyPath
 from nfgate.conformance.model import Case, CaseResult, RunOptions
 from nfgate.conformance.registry import find_role, roles, select
 from nfgate.conformance.report import write_reports
@@ -74,7 +75,7 @@ def _known_roles() -> str:
 @click.option("--strict", is_flag=True, help="Count NON-STRICT (a SHOULD broken) as failure.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.05),
+    type=FiniteRange(min=0.05),
     default=2.0,
     show_default=True,
     help="Seconds to wait for one expected answer.",
@@ -97,7 +98,7 @@ def _known_roles() -> str:
 @click.option(
     "--report",
     "report_dir",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=NonEmptyPath(path_type=Path, file_okay=False),
     default=None,
     help="Write report.json, junit.xml and index.html into this directory.",
 )

@@ -29,6 +29,7 @@ from nfgate.conformance.model import (
 )
 from nfgate.conformance.registry import Role, Session
 from nfgate.errors import TransportError
+from nfgate.transports import port_problem
 
 __all__ = ["PROBE_CLAUSE", "run"]
 
@@ -73,6 +74,9 @@ def _check_address(role: Role, endpoint: str, context: zmq.Context[zmq.Socket[by
     ``tcp://host`` without a port) is the user's mistake, found before any case runs.
     Raises :class:`TransportError`. A reachable-looking address that nobody answers is
     the peer's business: the cases report it."""
+    problem = port_problem(endpoint, connect=True)
+    if problem is not None:
+        raise TransportError(f"cannot connect to {endpoint}: {problem}")
     try:
         if role.codec == "memodb":  # NNG: pynng dials without waiting for the peer
             nng = pynng.Req0()

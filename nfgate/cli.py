@@ -17,6 +17,7 @@ import click
 
 from nfgate import __version__
 from nfgate import codecs as registry
+from nfgate.cliparams import NONEMPTY, NonEmptyPath
 from nfgate.codecs._base import load_json
 from nfgate.edges.kinds import KINDS
 from nfgate.errors import NfgateError
@@ -162,13 +163,13 @@ def _edge_switches(command: Callable[..., None]) -> Callable[..., None]:
     "--config",
     "-c",
     "config",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=NonEmptyPath(path_type=Path, dir_okay=False),
     default=None,
     help="TOML configuration file (see docs/broker.md).",
 )
 @click.option(
     "--data-dir",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=NonEmptyPath(path_type=Path, file_okay=False),
     default=None,
     help="Where the job store lives (default: $XDG_DATA_HOME/nfgate).",
 )
@@ -183,6 +184,7 @@ def _edge_switches(command: Callable[..., None]) -> Callable[..., None]:
 @click.option(
     "--metrics",
     "metrics",
+    type=NONEMPTY,
     metavar="URL",
     default=None,
     help="Serve Prometheus metrics here (default http://127.0.0.1:9464).",
@@ -190,7 +192,7 @@ def _edge_switches(command: Callable[..., None]) -> Callable[..., None]:
 @click.option("--no-metrics", "no_metrics", is_flag=True, help="Do not serve metrics.")
 @click.option(
     "--capture",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     default=None,
     help="Write every frame in and out here as Parquet segments (for `nfgate analyze`).",
 )
@@ -222,15 +224,17 @@ def serve(
 
 
 @main.command()
-@click.argument("source")
+@click.argument("source", type=NONEMPTY)
 @click.option(
     "--out",
     "out",
+    type=NONEMPTY,
     required=True,
     help="Where the tables, summary.json and report.html go: a directory or a URI (hdfs://, s3a://...).",
 )
 @click.option(
     "--master",
+    type=NONEMPTY,
     default="local[*]",
     show_default=True,
     help="Spark master URL (spark://host:7077, yarn, local[N]).",

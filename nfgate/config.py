@@ -58,10 +58,12 @@ from typing import Any
 import attrs
 
 from nfgate.capture import CaptureConfig
-from nfgate.edges.kinds import KINDS, path_option
+from nfgate.edges.kinds import KINDS
+from nfgate.edges.options import INT_MAX, checked_int, path_option
 from nfgate.errors import ConfigError
 from nfgate.metrics import parse_url as parse_metrics_url
 from nfgate.routing_types import RouterConfig
+from nfgate.transports import port_problem
 from nfgate.transports.curve import load_server_keys
 from nfgate.transports.zmq import Limits
 
@@ -115,11 +117,10 @@ class ServeConfig:
         return next(e for e in self.edges if e.kind == kind)
 
 
-def _int(table: Mapping[str, Any], key: str, where: str, default: int, minimum: int = 0) -> int:
-    value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"config: {where}.{key} must be an integer >= {minimum}, got {value!r}")
-    return value
+def _int(
+    table: Mapping[str, Any], key: str, where: str, default: int, minimum: int = 0, maximum: int = INT_MAX
+) -> int:
+    return checked_int(table.get(key, default), f"{where}.{key}", minimum, maximum)
 
 
 def _table(doc: Mapping[str, Any], key: str, allowed: set[str], where: str = "") -> Mapping[str, Any]:
@@ -137,7 +138,7 @@ def _binds(value: object, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if isinstance(value, (list, tuple)) and not value:
-        return ()  # an edge that only connects out, or one switched off by an empty list
+        return ()  # an edge that only connects out (the caller refuses it for one that binds)
     if not isinstance(value, (list, tuple)) or not all(isinstance(u, str) and u for u in value):
         raise ConfigError(f"config: {where}.bind must be a URL or a non-empty list of URLs")
     for url in value:
@@ -147,20 +148,10 @@ def _binds(value: object, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-_PORTED = frozenset({"tcp", "tls+tcp", "tcp4", "tcp6", "tls+tcp4", "tls+tcp6", "ws", "wss", "udp"})
-
-
 def _check_port(url: str, where: str) -> None:
-    """Refuse a port out of 0..65535 in a TCP-like URL (``*`` is any port): libzmq
-    would take ``:70000`` as port 4464 (the low 16 bits) and bind there, silently."""
-    scheme, _, rest = url.partition("://")
-    if scheme not in _PORTED:
-        return  # ipc://, inproc://: no port
-    address = rest.split("/", 1)[0] if scheme in ("ws", "wss") else rest
-    port = address.rpartition(":")[2] if ":" in address else ""
-    if port == "*" or (port.isdigit() and int(port) <= 65535):
-        return
-    raise ConfigError(f"config: {where}: {url!r} needs a port from 0 to 65535 (or *) after the last ':'")
+    problem = port_problem(url, connect=False)
+    if problem is not None:
+        raise ConfigError(f"config: {where}: {problem}")
 
 
 def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
@@ -181,10 +172,17 @@ def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
             load_server_keys(options["curve_secret_key"], options.get("curve_allow"))
         except ConfigError as exc:
             raise ConfigError(str(exc).replace("config: curve_", f"config: {where}.curve_", 1)) from None
+    bind = _binds(table.get("bind", list(spec.binds)), where)
+    if bind and not spec.binds:
+        raise ConfigError(f"config: {where}.bind: this edge binds nothing, it connects out ({spec.summary})")
+    if enabled and spec.binds and not bind:
+        raise ConfigError(
+            f"config: {where}.bind is empty: give a URL, or switch the edge off with enabled = false"
+        )
     return EdgeConfig(
         kind=kind,
         enabled=enabled,
-        bind=_binds(table.get("bind", list(spec.binds)), where),
+        bind=bind,
         heartbeat_ms=_int(table, "heartbeat_ms", where, interval),
         liveness=_int(table, "liveness", where, liveness, minimum=1),
         options=options,
@@ -296,7 +294,8 @@ def _capture(table: Mapping[str, Any], base: Path, given: Path | None) -> Captur
         key: _int(table, key, "capture", getattr(defaults, key), 1)
         for key in ("segment_s", "segment_rows", "max_pending")
     }
-    sizes["max_bytes"] = _int(table, "max_bytes", "capture", defaults.max_bytes, 0)
+    # A disk budget in bytes: past 2 GiB is a real size, up to SQLite's and Python's int64.
+    sizes["max_bytes"] = _int(table, "max_bytes", "capture", defaults.max_bytes, 0, 2**63 - 1)
     edges = table.get("edges", [])
     if not isinstance(edges, list) or not all(isinstance(e, str) and e for e in edges):
         raise ConfigError('config: capture.edges must be a list of edge names, like ["nfp", "dcp"]')

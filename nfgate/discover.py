@@ -20,6 +20,7 @@ import time
 
 import click
 
+from nfgate.cliparams import FiniteRange
 from nfgate.codecs import dbp
 from nfgate.errors import DecodeError
 
@@ -59,7 +60,7 @@ def listen(sock: socket.socket, timeout: float, count: int) -> list[tuple[str, s
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address to listen on.")
 @click.option("--port", default=dbp.BEACON_PORT, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
-    "--timeout", default=3.0, show_default=True, type=click.FloatRange(0, 3600), help="Seconds to listen."
+    "--timeout", default=3.0, show_default=True, type=FiniteRange(0, 3600), help="Seconds to listen."
 )
 @click.option("--count", default=0, type=click.IntRange(0), help="Stop after this many catalogs (0: none).")
 def discover(address: str, port: int, timeout: float, count: int) -> None:

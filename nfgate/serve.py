@@ -23,7 +23,7 @@ from nfgate.capture import Capture
 from nfgate.config import ServeConfig, load
 from nfgate.edges import Edge, EdgeSettings
 from nfgate.edges.kinds import KINDS
-from nfgate.errors import ConfigError, NfgateError, TransportError
+from nfgate.errors import ConfigError, TransportError
 from nfgate.gateway import Gateway, LogRing
 from nfgate.metrics import MetricsServer, render
 from nfgate.routing import Router
@@ -59,41 +59,53 @@ def build(
     :class:`nfgate.errors.ConfigError` (data dir, inventory); edges bound before the
     failure are closed.
     """
-    store = JobStore(cfg.data_dir / "jobs.sqlite3", fsync=cfg.fsync, retention_ms=cfg.job_retention_s * 1000)
+    planned = [
+        (ec, ec.kind if i == 0 else f"{ec.kind}-{i + 1}", url)
+        for ec in cfg.edges
+        if ec.enabled
+        for i, url in enumerate(ec.bind or ("",))  # an edge that only connects out is one edge
+    ]
+    # The capture's mistakes (its folder, an edge name) before any edge binds: one line.
+    capture = _capture(cfg, [(name, ec.kind) for ec, name, _ in planned])
+    try:
+        store = JobStore(
+            cfg.data_dir / "jobs.sqlite3", fsync=cfg.fsync, retention_ms=cfg.job_retention_s * 1000
+        )
+    except BaseException:
+        if capture is not None:
+            capture.close()
+        raise
     edges: list[Edge] = []
     bound: list[str] = []  # logged once every edge is up: no "listening" line before a failure
     try:
-        for ec in cfg.edges:
-            if not ec.enabled:
-                continue
+        for ec, name, url in planned:
             make = KINDS[ec.kind].make()
-            # An edge that only connects out (no bind URL) is still one edge.
-            for i, url in enumerate(ec.bind or ("",)):
-                name = ec.kind if i == 0 else f"{ec.kind}-{i + 1}"
-                settings = EdgeSettings(
-                    name=name,
-                    protocol=ec.kind,
-                    url=url,
-                    context=context,
-                    limits=cfg.limits,
-                    options={"heartbeat": (ec.heartbeat_ms, ec.liveness), **ec.options},
-                )
-                try:
-                    edge = make(settings, store=store)
-                except TransportError as exc:  # name the edge: the URL alone may not say which
-                    raise TransportError(f"{name} edge: {exc}") from None
-                edges.append(edge)
-                if edge.endpoint:
-                    key = getattr(edge, "curve_public_key", "")
-                    secured = f" (CURVE, server public key {key})" if key else ""
-                    bound.append(f"{name} edge ({ec.kind}) listening on {edge.endpoint}{secured}")
-                else:
-                    bound.append(f"{name} edge ({ec.kind}) started")
-    except NfgateError:
+            settings = EdgeSettings(
+                name=name,
+                protocol=ec.kind,
+                url=url,
+                context=context,
+                limits=cfg.limits,
+                options={"heartbeat": (ec.heartbeat_ms, ec.liveness), **ec.options},
+            )
+            try:
+                edge = make(settings, store=store)
+            except TransportError as exc:  # name the edge: the URL alone may not say which
+                raise TransportError(f"{name} edge: {exc}") from None
+            edges.append(edge)
+            if edge.endpoint:
+                key = getattr(edge, "curve_public_key", "")
+                secured = f" (CURVE, server public key {key})" if key else ""
+                bound.append(f"{name} edge ({ec.kind}) listening on {edge.endpoint}{secured}")
+            else:
+                bound.append(f"{name} edge ({ec.kind}) started")
+    except BaseException:  # a bug too: the edges bound so far must not hold the exit
         for edge in edges:
             edge.close()
         stop_authenticators(context)
         store.close()
+        if capture is not None:
+            capture.close()
         raise
     for line in bound:
         log.info("%s", line)
@@ -102,22 +114,28 @@ def build(
     gateway.on_close(lambda: stop_authenticators(context))
     for edge in edges:
         edge.attach(gateway)
-    if cfg.capture is not None:
-        capture: Capture | None = None
-        try:
-            capture = Capture(cfg.capture)
-            capture.attach(edges)  # a capture.edges name no edge has: ConfigError
-        except NfgateError:
-            if capture is not None:
-                capture.close()
-            gateway.close()
-            raise
+    if capture is not None and cfg.capture is not None:
+        capture.attach(edges)
         # Closed after the edges (the closers run after them): their last sends are in it.
         gateway.on_close(capture.close)
         gateway.extra_stats["capture"] = capture.stats
         which = f" (edges {', '.join(cfg.capture.edges)})" if cfg.capture.edges else ""
         log.info("capturing to %s%s", cfg.capture.dir, which)
     return gateway
+
+
+def _capture(cfg: ServeConfig, planned: list[tuple[str, str]]) -> Capture | None:
+    """The capture ``cfg`` asks for, its folder made; raises :class:`ConfigError` for a
+    folder it cannot write or a ``capture.edges`` name no planned (name, kind) edge has."""
+    if cfg.capture is None:
+        return None
+    unknown = set(cfg.capture.edges) - {name for name, _ in planned} - {kind for _, kind in planned}
+    if unknown:
+        served = ", ".join(name for name, _ in planned)
+        raise ConfigError(
+            f"config: capture.edges: no edge {', '.join(sorted(unknown))} is served (served: {served})"
+        )
+    return Capture(cfg.capture)
 
 
 def _signals(stop: Callable[[], None]) -> tuple[socket.socket, socket.socket]:
@@ -201,7 +219,9 @@ def serve(
         signal.set_wakeup_fd(-1)
         reader.close()
         writer.close()
-        context.term()
+        # Every edge closed its sockets, with its own linger; one an edge left open when
+        # its start failed part-way is closed here, or term() would wait for it for ever.
+        context.destroy(linger=0)
 
 
 def _metrics(holder: list[Gateway], url: str) -> MetricsServer:

@@ -23,6 +23,7 @@ import attrs
 import zmq
 import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils import z85
 
 from nfgate.errors import ConfigError
 
@@ -53,9 +54,25 @@ def load_server_keys(secret_file: Path, allow: Path | None = None) -> Curve:
         raise ConfigError(
             f"config: curve_secret_key: {secret_file} holds no secret key (use the .key_secret file)"
         )
+    for which, key in (("public", public), ("secret", secret)):
+        if not _is_z85_key(key):
+            # libzmq refuses such a key only at setsockopt, once other edges have bound.
+            raise ConfigError(
+                f"config: curve_secret_key: the {which} key in {secret_file} is not a CURVE key "
+                "(40 Z85 characters)"
+            )
     if allow is not None and not allow.is_dir():
         raise ConfigError(f"config: curve_allow: {allow} is not a folder of public .key files")
     return Curve(public_key=public, secret_key=secret, allow=allow)
+
+
+def _is_z85_key(key: bytes | None) -> bool:
+    if key is None or len(key) != 40:
+        return False
+    try:
+        return len(z85.decode(key)) == 32
+    except (ValueError, KeyError, TypeError):  # a character outside Z85's alphabet
+        return False
 
 
 _lock = threading.Lock()

@@ -46,13 +46,22 @@ PROBE_S = 5.0  # how long a standalone master has to accept a connection
 
 def precheck(master: str, environ: Mapping[str, str] = os.environ) -> None:
     """Raise :class:`ConfigError` (one line) for a master Spark would refuse late:
-    ``yarn`` without ``HADOOP_CONF_DIR`` or ``YARN_CONF_DIR``, and a ``spark://``
+    ``yarn`` without ``HADOOP_CONF_DIR`` or ``YARN_CONF_DIR`` naming a folder with
+    ``yarn-site.xml``, and a ``spark://``
     master none of whose addresses accepts a TCP connection within PROBE_S."""
-    if master == "yarn" and not (environ.get("HADOOP_CONF_DIR") or environ.get("YARN_CONF_DIR")):
-        raise ConfigError(
-            "analyze: --master yarn needs HADOOP_CONF_DIR or YARN_CONF_DIR set "
-            "(the directory of the cluster's configuration)"
-        )
+    if master == "yarn":
+        dirs = [d for d in (environ.get("HADOOP_CONF_DIR"), environ.get("YARN_CONF_DIR")) if d]
+        if not dirs:
+            raise ConfigError(
+                "analyze: --master yarn needs HADOOP_CONF_DIR or YARN_CONF_DIR set "
+                "(the directory of the cluster's configuration)"
+            )
+        # Without yarn-site.xml the YARN client retries 0.0.0.0:8032 for ever: no error.
+        if not any((Path(d) / "yarn-site.xml").is_file() for d in dirs):
+            raise ConfigError(
+                f"analyze: --master yarn: no yarn-site.xml in {' or '.join(dirs)} "
+                "(HADOOP_CONF_DIR, YARN_CONF_DIR: the directory of the cluster's configuration)"
+            )
     if not master.startswith("spark://"):
         return
     failures = []

@@ -7,6 +7,7 @@ figures and how to read them.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import click
 
 from nfgate.bench.cross import BASELINE, CROSS_PATHS
 from nfgate.bench.runner import BROKERS, DEFAULT_BROKERS, BenchError, Settings
+from nfgate.cliparams import FiniteRange, NonEmptyPath
 from nfgate.errors import NfgateError
 
 __all__ = ["bench"]
@@ -46,14 +48,14 @@ def _paths(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str,
 )
 @click.option(
     "--duration",
-    type=click.FloatRange(min=0.1, max=600),
+    type=FiniteRange(min=0.1, max=600),
     default=3.0,
     show_default=True,
     help="Seconds measured per broker and mode (warm-up excluded).",
 )
 @click.option(
     "--warmup",
-    type=click.FloatRange(min=0.0, max=60),
+    type=FiniteRange(min=0.0, max=60),
     default=1.0,
     show_default=True,
     help="Seconds before measuring.",
@@ -131,7 +133,7 @@ def _paths(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str,
     "--master", default="local[*]", show_default=True, help="Spark master for the analyze scenario."
 )
 @click.option(
-    "--out", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Also write the JSON here."
+    "--out", type=NonEmptyPath(path_type=Path, dir_okay=False), default=None, help="Also write the JSON here."
 )
 def bench(
     scenario: str,
@@ -159,6 +161,18 @@ def bench(
     line).
     """
     from nfgate.bench import churn, cross, path, runner
+
+    # What can be told wrong now is told now, not after minutes of measuring.
+    if out is not None and not os.access(out.parent, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"cannot write in {out.parent}", param_hint="'--out'")
+    if scenario == "analyze":
+        from nfgate.analysis.job import MASTER
+
+        if not MASTER.fullmatch(master):
+            raise click.BadParameter(
+                f"must be local[*], local[N], yarn, spark://HOST:PORT or k8s://URL, got {master!r}",
+                param_hint="'--master'",
+            )
 
     settings = Settings(
         duration=duration,

@@ -213,6 +213,24 @@ def _render(text: str, prefix: str) -> str:
         line = getattr(exc, "lineno", None)
         where = f" (line {line})" if line else ""
         raise ConfigError(f"{prefix}: invalid Jinja2 template{where}: {exc.message or exc}") from None
+    except Exception as exc:  # an expression that fails as it runs: {{ 1/0 }}, {{ 'a' + 1 }}
+        line = _template_line(exc)
+        where = f" (line {line})" if line else ""
+        raise ConfigError(
+            f"{prefix}: the Jinja2 template does not render{where}: {type(exc).__name__}: {exc}"
+        ) from None
+
+
+def _template_line(exc: BaseException) -> int | None:
+    """The template's line an exception was raised from (Jinja2 puts the template's own
+    frame in the traceback, under the file name ``<template>``)."""
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
 
 
 def _read_mapping(path: Path, *, what: str) -> dict[str, Any]:
@@ -255,6 +273,8 @@ def _read_mapping(path: Path, *, what: str) -> dict[str, Any]:
         clean: dict[str, Any] = _jsonable(data, "")
     except ValueError as exc:
         raise ConfigError(f"{prefix}: {exc}") from None
+    except RecursionError:  # `a: &x [*x]`: a YAML alias inside its own anchor
+        raise ConfigError(f"{prefix}: a value contains itself (a YAML alias inside its own anchor)") from None
     return clean
 
 

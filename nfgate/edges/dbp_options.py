@@ -11,7 +11,7 @@ from pathlib import Path
 from nfgate.errors import ConfigError
 from nfgate.transports.udp import Address, parse_address
 
-__all__ = ["BEACON_DEFAULT", "UDP_DEFAULT", "address_option", "interval_option", "option_address"]
+__all__ = ["BEACON_DEFAULT", "UDP_DEFAULT", "address_option", "option_address"]
 
 BEACON_DEFAULT = ("127.0.0.1", 5245)  # design.md, DBP notes: Hermes listens on UDP port 5245
 # The heartbeat socket's default: the ROUTER's own host and port number, over UDP (so
@@ -29,13 +29,6 @@ def address_option(value: object, where: str, base: Path) -> Address | None:
         return parse_address(value)
     except ValueError as exc:
         raise ConfigError(f"config: {where}: {exc}") from None
-
-
-def interval_option(value: object, where: str, base: Path) -> int:
-    """A positive whole number of milliseconds."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"config: {where} must be an integer >= 1 (milliseconds), got {value!r}")
-    return value
 
 
 def option_address(value: object, default: Address | None) -> Address | None:

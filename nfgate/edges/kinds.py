@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, address_option, interval_option
+from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, address_option
 from nfgate.edges.memodb_options import MEMODB_OPTIONS
-from nfgate.edges.sada_options import DIALECT_CHOICES, IDENTITY_FORMS, choice_option, int_option, text_option
+from nfgate.edges.options import int_option, path_option
+from nfgate.edges.sada_options import DIALECT_CHOICES, IDENTITY_FORMS, choice_option, text_option
 from nfgate.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -46,15 +47,6 @@ returns the parsed value or raises :class:`ConfigError` naming the key."""
 
 class Factory(Protocol):
     def __call__(self, settings: EdgeSettings, *, store: JobStore) -> Edge: ...
-
-
-def path_option(value: object, where: str, base: Path) -> Path | None:
-    """A file or folder path, relative to the config file's folder."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"config: {where} must be a non-empty path string")
-    return (base / value).expanduser()
 
 
 def str_list_option(value: object, where: str, base: Path) -> tuple[str, ...]:
@@ -137,7 +129,7 @@ KINDS: dict[str, EdgeKind] = {
             options={
                 "udp": (address_option, UDP_DEFAULT),  # heartbeat datagrams; default: the ROUTER's host:port
                 "beacon": (address_option, BEACON_DEFAULT),  # where SHALOM <port> goes; "" = off
-                "beacon_interval_ms": (interval_option, 1000),
+                "beacon_interval_ms": (int_option(1), 1000),
                 **CURVE_OPTIONS,  # the ROUTER only: UDP heartbeats and the beacon stay plain
             },
             summary="DBP catalog (spec and Hermes dialects): info, registration, UDP heartbeats, beacon",

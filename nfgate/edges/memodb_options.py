@@ -11,44 +11,25 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from nfgate.errors import ConfigError
+from nfgate.edges.options import int_option, path_option
 
-__all__ = ["MEMODB_OPTIONS", "positive_int"]
-
-
-def positive_int(minimum: int) -> Callable[[object, str, Path], int]:
-    """A parser accepting an integer >= ``minimum``."""
-
-    def parse(value: object, where: str, base: Path) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(f"config: {where} must be an integer >= {minimum}, got {value!r}")
-        return value
-
-    return parse
-
-
-def _path(value: object, where: str, base: Path) -> Path | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"config: {where} must be a non-empty path string")
-    return (base / value).expanduser()
+__all__ = ["MEMODB_OPTIONS"]
 
 
 MEMODB_OPTIONS: Mapping[str, tuple[Callable[[object, str, Path], Any], Any]] = {
     # Requests held at once (idle workers' long-polls + clients waiting for a RESULT);
     # beyond it a request is dropped unanswered and counted (``refused``).
-    "max_contexts": (positive_int(1), 4096),
+    "max_contexts": (int_option(1), 4096),
     # Of those, what one connection's clients may hold: one connection opening contexts
     # for JOBs no worker takes must not lock every other peer out.
-    "max_contexts_per_peer": (positive_int(1), 1024),
+    "max_contexts_per_peer": (int_option(1), 1024),
     # The JOB timeout given to a MemoDB worker for a request that carries none (from
     # an NFP, DCP or SADA client).
-    "job_timeout_ms": (positive_int(1), 300_000),
+    "job_timeout_ms": (int_option(1), 300_000),
     # How long one reply may take to go out before it is given up (a peer not reading).
-    "send_timeout_ms": (positive_int(1), 30_000),
+    "send_timeout_ms": (int_option(1), 30_000),
     # tls+tcp:// binds: one PEM file with the certificate and its private key, and
     # optionally a CA file that client certificates must be signed by.
-    "tls_cert_key_file": (_path, None),
-    "tls_ca_file": (_path, None),
+    "tls_cert_key_file": (path_option, None),
+    "tls_ca_file": (path_option, None),
 }

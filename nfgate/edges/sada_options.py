@@ -16,7 +16,6 @@ __all__ = [
     "DIALECT_CHOICES",
     "IDENTITY_FORMS",
     "choice_option",
-    "int_option",
     "text_option",
 ]
 
@@ -30,17 +29,6 @@ def choice_option(choices: tuple[str, ...]) -> Callable[[object, str, Path], str
     def parse(value: object, where: str, base: Path) -> str:
         if not isinstance(value, str) or value not in choices:
             raise ConfigError(f"config: {where} must be one of {', '.join(choices)}, got {value!r}")
-        return value
-
-    return parse
-
-
-def int_option(minimum: int) -> Callable[[object, str, Path], int]:
-    """A parser accepting an integer >= ``minimum``."""
-
-    def parse(value: object, where: str, base: Path) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(f"config: {where} must be an integer >= {minimum}, got {value!r}")
         return value
 
     return parse

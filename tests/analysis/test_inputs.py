@@ -228,6 +228,23 @@ def test_masters_and_properties_spark_would_refuse_late_are_one_line_exit_2(tmp_
     ):
         proc = analyze_cli(str(tmp_path / "src"), "--out", str(tmp_path / "out"), *args, env=env)
         assert (proc.returncode, proc.stderr.strip().splitlines()) == (2, [line]), args
+    # Set, but to a folder without yarn-site.xml: the YARN client would retry 0.0.0.0:8032.
+    missing = tmp_path / "no-conf"
+    proc = analyze_cli(
+        str(tmp_path / "src"),
+        "--out",
+        str(tmp_path / "out"),
+        "--master",
+        "yarn",
+        env={**env, "HADOOP_CONF_DIR": str(missing)},
+    )
+    assert (proc.returncode, proc.stderr.strip().splitlines()) == (
+        2,
+        [
+            f"nfgate: analyze: --master yarn: no yarn-site.xml in {missing} "
+            "(HADOOP_CONF_DIR, YARN_CONF_DIR: the directory of the cluster's configuration)"
+        ],
+    )
 
 
 def test_java_is_blamed_only_when_it_is_missing_or_too_old(tmp_path: Path) -> None:

@@ -69,6 +69,18 @@ enabled = false
         ("[edges.dcp]\nbind = ['tcp://127.0.0.1:5556', 'tcp://127.0.0.1:-5']\n", "edges.dcp.bind"),
         ("[edges.memodb]\nbind = 'tcp://127.0.0.1'\n", "edges.memodb.bind"),
         ("[nope]\n", "nope"),
+        # Values past what the sockets, NNG or SQLite take: refused here, not raised as
+        # OverflowError once the edges are bound (which hung the exit) or at the first purge.
+        ("[limits]\nhigh_water_mark = 9999999999999\n", "limits.high_water_mark"),
+        ("[limits]\nmax_message_bytes = 99999999999999999999\n", "limits.max_message_bytes"),
+        ("[gateway]\njob_retention_s = 10000000000000000\n", "gateway.job_retention_s"),
+        ("[edges.memodb]\nsend_timeout_ms = 3000000000\n", "edges.memodb.send_timeout_ms"),
+        ("[edges.dbp]\nbeacon_interval_ms = 3000000000\n", "edges.dbp.beacon_interval_ms"),
+        ("[edges.nfp]\nheartbeat_ms = 3000000000\n", "edges.nfp.heartbeat_ms"),
+        # An edge that binds, with nothing to bind: say so (enabled = false switches it off).
+        ("[edges.nfp]\nbind = []\n", "edges.nfp.bind is empty"),
+        # An edge that connects out binds nothing: a bind would be silently ignored.
+        ("[edges.sada-server]\nbind = 'tcp://127.0.0.1:5056'\n", "edges.sada-server.bind"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, named: str) -> None:
@@ -97,3 +109,29 @@ def test_fsync_is_on_unless_switched_off(tmp_path: Path) -> None:
     assert load(write(tmp_path, "[gateway]\nfsync = false\n")).fsync is False
     with pytest.raises(ConfigError, match=r"gateway\.fsync"):
         load(write(tmp_path, "[gateway]\nfsync = 'no'\n"))
+
+
+def test_the_largest_values_a_key_takes_are_taken(tmp_path: Path) -> None:
+    cfg = load(
+        write(
+            tmp_path,
+            "[limits]\nhigh_water_mark = 2147483647\n[capture]\ndir = 'c'\nmax_bytes = 50_000_000_000\n",
+        )
+    )
+    assert cfg.limits.high_water_mark == 2**31 - 1
+    assert cfg.capture is not None and cfg.capture.max_bytes == 50_000_000_000  # a disk budget past 2 GiB
+
+
+def test_a_path_starting_with_a_tilde_is_in_the_home_folder(tmp_path: Path) -> None:
+    cfg = load(write(tmp_path, "[gateway]\ndata_dir = '~/nfgate-data'\n"))
+    assert cfg.data_dir == Path.home() / "nfgate-data"
+    assert load(write(tmp_path, "[gateway]\ndata_dir = 'rel'\n")).data_dir == tmp_path / "rel"
+
+
+def test_a_curve_key_file_whose_keys_are_not_curve_keys_is_refused(tmp_path: Path) -> None:
+    # libzmq refuses such keys only at setsockopt, after other edges bound.
+    (tmp_path / "broker.key_secret").write_text('curve\n    public-key = "abc"\n    secret-key = "def"\n')
+    with pytest.raises(
+        ConfigError, match=r"edges\.nfp\.curve_secret_key: the public key in .* is not a CURVE key"
+    ):
+        load(write(tmp_path, "[edges.nfp]\ncurve_secret_key = 'broker.key_secret'\n"))

@@ -228,10 +228,10 @@ def test_a_writer_that_falls_behind_drops_and_counts_instead_of_blocking(tmp_pat
 def test_capture_config_names_the_bad_key(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[capture]\ndir = "caps"\nsegment_s = 0\n')
-    with pytest.raises(ConfigError, match=r"capture\.segment_s must be an integer >= 1"):
+    with pytest.raises(ConfigError, match=r"capture\.segment_s must be an integer from 1 to "):
         load(config)
     config.write_text('[capture]\ndir = "caps"\nmax_bytes = -1\n')
-    with pytest.raises(ConfigError, match=r"capture\.max_bytes must be an integer >= 0, got -1"):
+    with pytest.raises(ConfigError, match=r"capture\.max_bytes must be an integer from 0 to \d+, got -1"):
         load(config)
     config.write_text('[capture]\ndir = "caps"\nsegment_rows = 5\nmax_bytes = 10_000_000_000\n')
     cfg = load(config)

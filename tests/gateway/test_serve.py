@@ -156,6 +156,25 @@ def test_bad_config_is_one_line_naming_the_key_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2 and "not valid TOML" in done.stderr
 
 
+def test_start_up_mistakes_are_one_line_before_any_edge_binds(tmp_path: Path) -> None:
+    """An inventory that does not render, a capture folder that cannot be made, a
+    capture edge that is not served: one line, exit 2, no "listening" line before it."""
+    config = tmp_path / "c.toml"
+    (tmp_path / "a-file").write_text("")
+    cases = [
+        ("x: {{ 1/0 }}\n", "", "ZeroDivisionError"),
+        ("a: &x [*x]\n", "", "contains itself"),
+        ("x: 1\n", "[capture]\ndir = 'a-file/cap'\n", "capture: cannot create"),
+        ("x: 1\n", "[capture]\ndir = 'caps'\nedges = ['nfq']\n", "capture.edges: no edge nfq"),
+    ]
+    for inventory, extra, needle in cases:
+        (tmp_path / "inv.yaml").write_text(inventory)
+        config.write_text(f"[edges.nfp]\ninventory = 'inv.yaml'\n{extra}")
+        done = run_bad("--config", str(config), "--data-dir", str(tmp_path / "d"), *RANDOM)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and needle in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("kind", ["nfp", "dcp"])  # the first edge bound, and one after it
 def test_port_in_use_is_one_line_naming_the_edge_exit_2(tmp_path: Path, kind: str) -> None:
     with socket.socket() as held:
