@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -275,6 +276,13 @@ class CaseContext:
         for source in sources:
             poller.register(source.sock, zmq.POLLIN)
         for _ in range(1_000_000):  # bounded: every pass waits up to SLICE_S or reads
+            # A message given back (Dealer.unread) has arrived already: read it first,
+            # whatever the window has left.
+            for source in sources:
+                held = getattr(source, "held", None)
+                while held:
+                    if handle(source, held.popleft()):
+                        return True
             self.pump()
             left = end - time.monotonic()
             if left <= 0:
@@ -320,6 +328,12 @@ class Dealer:
         self.ctx = ctx
         self.sock = sock
         self.label = label
+        self.held: deque[Received] = deque()
+
+    def unread(self, got: Received) -> None:
+        """Give back ``got`` (read while a helper waited for something else): the next
+        read returns it, without recording or observing it again."""
+        self.held.append(got)
 
     def send(self, message: Message | list[bytes], note: str = "") -> None:
         """Send a message (encoded in the run's dialect) or raw frames (malformed input)."""
@@ -333,6 +347,8 @@ class Dealer:
         self.sock.send_multipart(frames)
 
     def read(self, ctx: CaseContext) -> Received | None:
+        if self.held:
+            return self.held.popleft()
         try:
             frames = self.sock.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:

@@ -165,6 +165,11 @@ def observe(ctx: CaseContext, got: Received) -> None:
     """Session observer: statuses and malformed messages the peer sent, for the
     run-wide cases (NFP 3 and 4)."""
     state = ctx.state
+    # Against the spec's form whatever dialect the run speaks, and whether or not the
+    # message decoded: NorFab's ASCII command frames are a departure from NFP 3 (the
+    # run-wide NFP-*-3.2), which a run in its dialect must name too.
+    if ctx.wire.detect(list(got.frames)) != "spec":
+        state.setdefault("other_dialect", []).append(f"{got.text}  {[f.hex() for f in got.frames[:3]]}")
     if got.message is None:
         state.setdefault("malformed", []).append(
             f"{ctx.clause.section}: {got.text}  {[f.hex() for f in got.frames]}"
@@ -173,8 +178,6 @@ def observe(ctx: CaseContext, got: Received) -> None:
     status = getattr(got.message, "status", None)
     if isinstance(status, int):
         state.setdefault("statuses", {}).setdefault(status, got.text)
-    if ctx.wire.detect(list(got.frames)) != ctx.dialect:
-        state.setdefault("other_dialect", []).append(got.text)
 
 
 def body_text(got: Received) -> str:

@@ -123,7 +123,7 @@ def registration_echo(ctx: CaseContext) -> None:
     name = service(ctx)
     worker = SuiteWorker(ctx, name)
     ctx.expect(f"REGISTRATION for {name!r} back")
-    worker.register(beating=False)
+    worker.register(beating=False, required=True)
     got = worker.confirmation
     assert got is not None
     ctx.saw(got.text)

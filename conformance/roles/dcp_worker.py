@@ -97,8 +97,10 @@ def registers(ctx: CaseContext) -> None:
     ctx.frames.extend(ctx.state.get("hello_frames", []))
     hello: list[Received] = ctx.state["hello"]
     ctx.expect("REGISTRATION (DCP header, type 0x01, service name) as the first message")
-    ctx.saw(describe(hello))
-    ctx.check(isinstance(hello[0].message, Registration), f"the first message was {hello[0].type}")
+    # Empty when the REGISTRATION came only after the suite's wait for it.
+    ctx.saw(describe(hello) if hello else "no REGISTRATION within the wait for the worker's first message")
+    first = hello[0].type if hello else "none in time"
+    ctx.check(bool(hello) and isinstance(hello[0].message, Registration), f"the first message was {first}")
 
 
 @case(
@@ -270,7 +272,6 @@ def well_formed(ctx: CaseContext) -> None:
     clause(
         "5", '"Message Type: This part contains only 1 byte"', "MUST", "'contains only 1 byte' graded as MUST"
     ),
-    dialects=("spec",),
     final=True,
 )
 def one_byte(ctx: CaseContext) -> None:

@@ -337,10 +337,15 @@ def get_result(ctx: CaseContext) -> None:
     ),
 )
 def get_unknown(ctx: CaseContext) -> None:
+    # For a service with a worker: a 400 for a service without one could mean "no worker"
+    # (NorFab's 400), not "unknown uuid".
+    service = ctx.unique("svc")
+    SuiteWorker(ctx, service).register()
+    settle(ctx)
     client = open_client(ctx)
     uuid = new_uuid()
-    client.send(job(ctx, Get, ctx.unique("svc"), "any", uuid, b"{}"))
-    ctx.expect(f"RESPONSE 400 for uuid {uuid}")
+    client.send(job(ctx, Get, service, "any", uuid, b"{}"))
+    ctx.expect(f"RESPONSE 400 for uuid {uuid}, never posted, of a service with a registered worker")
     got = client.recv("RESPONSE", skip=KA)
     ctx.saw(got.text)
     m = got.message

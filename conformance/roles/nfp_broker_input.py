@@ -57,7 +57,6 @@ def well_formed(ctx: CaseContext) -> None:
     "NFP-BROKER-3.2",
     "The broker's command frames are one byte",
     clause("3", '"Frame 2: 0x04 (one byte, representing POST)" (and likewise for every command)', "MUST"),
-    dialects=("spec",),
     final=True,
 )
 def one_byte_commands(ctx: CaseContext) -> None:

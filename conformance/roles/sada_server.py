@@ -194,8 +194,12 @@ def starts_intr(ctx: CaseContext) -> None:
     ctx.frames.extend(ctx.state.get("hello_frames", []))
     hello: list[Received] = ctx.state["hello"]
     ctx.expect("INTR as the first message")
-    ctx.saw(describe(hello))
-    ctx.check(isinstance(hello[0].message, Intr), f"the first message was {hello[0].type}")
+    # Empty when no INTR decoded within the wait although the server sent something (a
+    # version frame the suite cannot read, which SADA-SERVER-4.2 names): its frames are
+    # in this case's record all the same.
+    ctx.saw(describe(hello) if hello else "no message that decodes as INTR")
+    first = hello[0].type if hello else "none that decodes"
+    ctx.check(bool(hello) and isinstance(hello[0].message, Intr), f"the first message was {first}")
 
 
 @case(

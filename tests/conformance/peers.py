@@ -60,7 +60,11 @@ class _Peer(threading.Thread):
 
 class TinyNfpWorker(_Peer):
     """OPEN (spec) + READY; KEEPALIVE every interval; POST -> RESPONSE 200; GET -> 200 or
-    400 (unknown uuid); DISCONNECT or a silent broker -> reconnect on a new socket."""
+    400 (unknown uuid); DISCONNECT or a silent broker -> reconnect on a new socket.
+
+    ``breaks`` makes it break one rule of specs/nfp.md section 7: ``"ready-again"`` sends
+    READY again after its first RESPONSE, ``"same-socket"`` answers DISCONNECT with READY
+    on the same socket."""
 
     def __init__(
         self,
@@ -69,9 +73,11 @@ class TinyNfpWorker(_Peer):
         dialect: str = "spec",
         heartbeat_s: float = 0.2,
         lifetime_s: float = 120.0,
+        breaks: str = "",
     ) -> None:
         super().__init__(lifetime_s)
         self.endpoint, self.service, self.dialect, self.heartbeat_s = endpoint, service, dialect, heartbeat_s
+        self.breaks = breaks
         self.results: dict[str, bytes] = {}
         self.connections = 0
 
@@ -116,12 +122,16 @@ class TinyNfpWorker(_Peer):
             except DecodeError as exc:
                 self.errors.append(exc.reason)  # invalid input: dropped
                 continue
-            if isinstance(message, Disconnect):
+            if isinstance(message, Disconnect) and self.breaks == "same-socket":
+                self._send(sock, Ready(service=self.service))
+            elif isinstance(message, Disconnect):
                 sock.close(0)
                 sock = self._connect()
             elif isinstance(message, Post):
                 self.results[message.uuid] = b"done:" + message.body[0]
                 self._send(sock, self._answer(message, 200, self.results[message.uuid]))
+                if self.breaks == "ready-again" and len(self.results) == 1:
+                    self._send(sock, Ready(service=self.service))
             elif isinstance(message, Get):
                 known = self.results.get(message.uuid)
                 self._send(sock, self._answer(message, 200 if known else 400, known or b"unknown uuid"))

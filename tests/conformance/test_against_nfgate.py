@@ -1,4 +1,6 @@
-"""The suite against nfgate itself, for every role nfgate plays: all PASS (INFO allowed).
+"""The suite against nfgate itself, for every role nfgate plays: all PASS (INFO allowed),
+but the form case of a deployed dialect (NorFab's ASCII command frames, DagBox's 4-byte
+type part), which nfgate speaks to such peers and the suite reports against the spec.
 
 In-process gateway (tests/gateway/conftest.py) with 200 ms heartbeats, and once through
 ``nfgate serve`` + the ``nfgate conformance`` command line with ``--report``.
@@ -31,7 +33,7 @@ def test_nfp_broker_suite_passes_against_nfgate(fast_gateway: Running, dialect: 
     report = run_suite("nfp", "broker", fast_gateway.endpoint("nfp"), dialect)
     assert report.dialect == dialect
     assert len(report.results) >= 30
-    assert_all_pass(report)
+    assert_all_pass(report, frozenset({"NFP-BROKER-3.2"} if dialect == "norfab" else ()))
 
 
 @pytest.mark.timeout(120)
@@ -40,7 +42,7 @@ def test_dcp_broker_suite_passes_against_nfgate(fast_gateway: Running, dialect: 
     report = run_suite("dcp", "broker", fast_gateway.endpoint("dcp"), dialect)
     assert report.dialect == dialect
     assert len(report.results) >= 20
-    assert_all_pass(report)
+    assert_all_pass(report, frozenset({"DCP-BROKER-5.2"} if dialect == "dagbox" else ()))
 
 
 @pytest.mark.timeout(60)
@@ -137,17 +139,20 @@ def test_cli_against_nfgate_serve_writes_reports(tmp_path: Path, protocol: str, 
         )
     finally:
         status = _stop(proc)
-    assert cli.returncode == 0, "\n".join(
+    # In NorFab's dialect nfgate's command frames are NorFab's: that one departure FAILs.
+    departures = {"NFP-BROKER-3.2"} if dialect == "norfab" else set()
+    assert cli.returncode == (1 if departures else 0), "\n".join(
         line for line in (cli.stdout + cli.stderr).splitlines() if "PASS " not in line
     )
     assert status == 0, err.read_text()
     data = json.loads((out / "report.json").read_text())
-    assert data["failed"] is False and data["summary"]["FAIL"] == 0 and data["dialect"] == dialect
-    assert all(c["verdict"] in ("PASS", "INFO", "SKIP") for c in data["cases"])
+    assert data["failed"] is bool(departures) and data["dialect"] == dialect
+    assert {c["id"] for c in data["cases"] if c["verdict"] == "FAIL"} == departures
+    assert all(c["verdict"] in ("PASS", "INFO", "SKIP", "FAIL") for c in data["cases"])
     assert (out / "junit.xml").read_text().startswith("<?xml")
     assert "<table" in (out / "index.html").read_text()
     # One line per case (no progress-bar redraws when stdout is not a terminal) + a summary.
     lines = [line for line in cli.stdout.splitlines() if line.startswith("[")]
     assert len(lines) == len(data["cases"])
     assert "\r" not in cli.stdout
-    assert f"{Verdict.FAIL.value} 0" in cli.stdout
+    assert f"{Verdict.FAIL.value} {len(departures)}" in cli.stdout

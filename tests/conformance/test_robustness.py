@@ -10,11 +10,15 @@ import pytest
 from click.testing import CliRunner
 
 from nfgate.cli import main
+from nfgate.codecs import dcp
+from nfgate.codecs.dcp.messages import Registration
 from nfgate.conformance.model import CaseResult, RunOptions, Verdict
 from nfgate.conformance.registry import find_role, select
 from nfgate.conformance.runner import run
+from nfgate.edges.dcp import DcpEdge
+from tests.gateway.conftest import finish, start_gateway
 
-from .conftest import HEARTBEAT_MS, run_suite
+from .conftest import GATEWAY_TOML, HEARTBEAT_MS, assert_all_pass, run_suite
 from .peers import AnsweringDisconnectBroker, SilentRouter, TinyDcpWorker, free_port
 from .test_against_nfgate import _serve, _stop
 
@@ -112,7 +116,10 @@ def test_worker_role_cannot_bind_is_a_usage_error() -> None:
     ("protocol", "role"),
     [("nfp", "broker"), ("dcp", "broker"), ("memodb", "broker"), ("dbp", "catalog"), ("sada", "channel")],
 )
-@pytest.mark.parametrize("endpoint", ["notaurl", "tcp://127.0.0.1"])
+# libzmq would connect to port 4464 for 70000 (its low 16 bits); 0 is no port to connect to.
+@pytest.mark.parametrize(
+    "endpoint", ["notaurl", "tcp://127.0.0.1", "tcp://127.0.0.1:70000", "tcp://127.0.0.1:0"]
+)
 def test_an_address_no_socket_can_connect_to_is_a_usage_error(
     protocol: str, role: str, endpoint: str
 ) -> None:
@@ -212,3 +219,27 @@ def test_a_broker_answering_disconnect_with_a_keepalive_fails_the_clause() -> No
     assert broker.answered == 1
     assert result.verdict is Verdict.FAIL, result
     assert "Keepalive" in result.actual
+
+
+@pytest.mark.timeout(120)
+def test_a_broker_that_confirms_no_registration_fails_that_clause_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # nfgate's DCP edge with its REGISTRATION echo dropped: it still registers, routes,
+    # pongs and reconnects, so only DCP-BROKER-6.1 may fail; the cases that register a
+    # worker go on without the echo instead of failing under their own clause.
+    send = DcpEdge.send
+
+    def no_echo(self: DcpEdge, address: bytes, frames: list[bytes]) -> bool:
+        if isinstance(dcp.decode(frames, dcp.detect(frames)), Registration):
+            return True
+        return send(self, address, frames)
+
+    monkeypatch.setattr(DcpEdge, "send", no_echo)
+    gw = start_gateway(tmp_path, GATEWAY_TOML)
+    try:
+        report = run_suite("dcp", "broker", gw.endpoint("dcp"), "spec")
+    finally:
+        finish(gw)
+    assert len(report.results) >= 20
+    assert_all_pass(report, frozenset({"DCP-BROKER-6.1"}))

@@ -75,16 +75,23 @@ class PiranServer(threading.Thread):
     only when it starts: a channel that restarts never hears from it again.
 
     ``intr_delay_s`` makes it slow to answer RINTR (a busy server): a PING sent after
-    the RINTR is answered first."""
+    the RINTR is answered first. ``version`` replaces the version frame of everything
+    it sends (an unknown protocol version)."""
 
     def __init__(
-        self, channel_url: str, lifetime_s: float = 90.0, dialect: str = "piran", intr_delay_s: float = 0.0
+        self,
+        channel_url: str,
+        lifetime_s: float = 90.0,
+        dialect: str = "piran",
+        intr_delay_s: float = 0.0,
+        version: bytes | None = None,
     ) -> None:
         super().__init__(daemon=True)
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.channel_url = channel_url
         self.dialect = dialect
         self.intr_delay_s = intr_delay_s
+        self.version = version
         self.stopping = threading.Event()
         self.deadline = time.monotonic() + lifetime_s
 
@@ -101,7 +108,7 @@ class PiranServer(threading.Thread):
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         sock.connect(self.channel_url)
         channel = sada.channel_identity(self.channel_url, self.dialect)
-        intr = sada.encode(Intr(services=(("echo", "1"),)), self.dialect)
+        intr = self._encode(Intr(services=(("echo", "1"),)))
         try:
             for _ in range(500):  # until the connection is up
                 try:
@@ -129,17 +136,23 @@ class PiranServer(threading.Thread):
                     answer = Rep(request_id=message.request_id, status=status, payload=message.payload)
                 if answer is not None:
                     try:
-                        sock.send_multipart([identity, *sada.encode(answer, self.dialect)])  # type: ignore[arg-type]
+                        sock.send_multipart([identity, *self._encode(answer)])
                     except zmq.ZMQError:
                         continue
         finally:
             sock.close(0)
 
+    def _encode(self, message: object) -> list[bytes]:
+        frames = sada.encode(message, self.dialect)  # type: ignore[arg-type]
+        if self.version is not None:
+            frames[1] = self.version
+        return frames
 
-def run_against(dialect: str, intr_delay_s: float = 0.0) -> RunReport:
+
+def run_against(dialect: str, intr_delay_s: float = 0.0, version: bytes | None = None) -> RunReport:
     """The server suite in ``dialect`` against a :class:`PiranServer` of that dialect."""
     channel_url = f"tcp://127.0.0.1:{free_port()}"
-    server = PiranServer(channel_url, dialect=dialect, intr_delay_s=intr_delay_s)
+    server = PiranServer(channel_url, dialect=dialect, intr_delay_s=intr_delay_s, version=version)
     server.start()
     try:
         return run_suite("sada", "server", channel_url, dialect, heartbeat_ms=HEARTBEAT_MS)
@@ -177,6 +190,17 @@ def test_an_intr_the_server_owed_the_old_channel_is_not_taken_for_a_new_introduc
     report = run_against("spec", intr_delay_s=0.4)
     verdicts = {r.id: r.verdict for r in report.results}
     assert verdicts["SADA-SERVER-10.1"] is Verdict.NON_STRICT, explain(report)
+
+
+@pytest.mark.timeout(120)
+def test_a_server_speaking_an_unknown_version_is_graded_not_a_suite_error() -> None:
+    """Nothing it sends decodes, its INTR included: the case of the opening INTR grades
+    that (SHOULD), the form case names the version, and no case errs inside the suite."""
+    report = run_against("spec", version=b"SADA\x07")
+    verdicts = {r.id: r.verdict for r in report.results}
+    assert not [r.id for r in report.results if "suite error" in r.reason], explain(report)
+    assert verdicts["SADA-SERVER-2.1"] is Verdict.NON_STRICT, explain(report)
+    assert verdicts["SADA-SERVER-4.2"] in (Verdict.FAIL, Verdict.NON_STRICT), explain(report)
 
 
 CHANNEL_TOML = f"""
