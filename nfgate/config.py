@@ -174,7 +174,7 @@ def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
             raise ConfigError(str(exc).replace("config: curve_", f"config: {where}.curve_", 1)) from None
     bind = _binds(table.get("bind", list(spec.binds)), where)
     if bind and not spec.binds:
-        raise ConfigError(f"config: {where}.bind: this edge binds nothing, it connects out ({spec.summary})")
+        raise ConfigError(f"config: {where}.bind: the {kind} edge binds nothing, it connects out")
     if enabled and spec.binds and not bind:
         raise ConfigError(
             f"config: {where}.bind is empty: give a URL, or switch the edge off with enabled = false"
