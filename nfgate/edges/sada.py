@@ -32,15 +32,7 @@ from nfgate.codecs import sada as wire
 from nfgate.codecs._base import Message
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.codecs.sada.session import Action, ChannelState, channel_step, piran_evidence, request_id
-from nfgate.edges import (
-    BeatCounts,
-    EdgeSettings,
-    RouterEdge,
-    WireCodec,
-    forget_oldest,
-    identity_lasts,
-    peer_label,
-)
+from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, forget_oldest, peer_label
 from nfgate.edges.sada_common import (
     DEFAULT_PROTO,
     WireCache,
@@ -56,6 +48,7 @@ from nfgate.errors import ConfigError, EncodeError
 from nfgate.model import Command, Heartbeat, Peer, Register, Reply, Request, ServiceRef, Unregister
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
 from nfgate.store import JobStore
+from nfgate.transports.zmq import identity_lasts
 
 __all__ = ["SadaChannelEdge", "make"]
 
