@@ -192,7 +192,8 @@ def keepalives(ctx: CaseContext) -> None:
     stamps: list[float] = []
 
     def handle(_: object, got: Received) -> bool:
-        if isinstance(got.message, Keepalive) and got.message.header == WORKER:
+        # The registered connection's only: an old one still beating is NFP-WORKER-7.1's.
+        if isinstance(got.message, Keepalive) and got.message.header == WORKER and got.identity == lk.worker:
             stamps.append(ctx.frames[-1].at_ms)
         return len(stamps) >= 3
 
@@ -299,6 +300,7 @@ def delete(ctx: CaseContext) -> None:
         '"When the worker receives DISCONNECT it must send no further commands to the broker; it MUST close its socket, and reconnect to the broker on a new socket."',
         "MUST",
     ),
+    heartbeats=3,
 )
 def disconnect(ctx: CaseContext) -> None:
     lk = registered(ctx)
@@ -315,6 +317,14 @@ def disconnect(ctx: CaseContext) -> None:
         norfab(ctx) or any(isinstance(g.message, Open) for g in seen),
         "READY without OPEN first: the same conversation, not one on a new socket",
     )
+    # "no further commands": nothing more on the old connection (its own identity, or the
+    # one libzmq gave it when the new connection took its identity over), after an
+    # interval for what was on its way when the DISCONNECT arrived.
+    lk.collect(ctx, min(ctx.heartbeat_s, ctx.wait_s()))
+    later = lk.collect(ctx, min(2 * ctx.heartbeat_s, ctx.wait_s()))
+    stale = [g for g in later if g.identity != lk.worker]
+    ctx.saw(describe(seen) + ("" if lk.worker != old else "  (same identity)") + f"; then {describe(later)}")
+    ctx.check(not stale, f"{len(stale)} command(s) on the old connection after DISCONNECT")
 
 
 @case(

@@ -64,7 +64,8 @@ class TinyNfpWorker(_Peer):
 
     ``breaks`` makes it break one rule of specs/nfp.md section 7: ``"ready-again"`` sends
     READY again after its first RESPONSE, ``"same-socket"`` answers DISCONNECT with READY
-    on the same socket."""
+    on the same socket, ``"old-socket-beats"`` reconnects on a new socket but keeps the old
+    one open, sending KEEPALIVEs on it."""
 
     def __init__(
         self,
@@ -78,6 +79,7 @@ class TinyNfpWorker(_Peer):
         super().__init__(lifetime_s)
         self.endpoint, self.service, self.dialect, self.heartbeat_s = endpoint, service, dialect, heartbeat_s
         self.breaks = breaks
+        self.stale: zmq.Socket[bytes] | None = None  # "old-socket-beats": the old socket, still beating
         self.results: dict[str, bytes] = {}
         self.connections = 0
 
@@ -108,6 +110,8 @@ class TinyNfpWorker(_Peer):
             now = time.monotonic()
             if now >= next_beat:
                 self._send(sock, Keepalive(header=WORKER, service=self.service))
+                if self.stale is not None:
+                    self._send(self.stale, Keepalive(header=WORKER, service=self.service))
                 next_beat = now + self.heartbeat_s
             if now - heard > 6 * self.heartbeat_s:  # the broker went silent: start again
                 sock.close(0)
@@ -124,6 +128,8 @@ class TinyNfpWorker(_Peer):
                 continue
             if isinstance(message, Disconnect) and self.breaks == "same-socket":
                 self._send(sock, Ready(service=self.service))
+            elif isinstance(message, Disconnect) and self.breaks == "old-socket-beats" and self.stale is None:
+                self.stale, sock = sock, self._connect()
             elif isinstance(message, Disconnect):
                 sock.close(0)
                 sock = self._connect()
@@ -138,6 +144,8 @@ class TinyNfpWorker(_Peer):
             elif isinstance(message, Delete):
                 self.results.pop(message.uuid, None)
         sock.close(0)
+        if self.stale is not None:
+            self.stale.close(0)
 
 
 class TinyDcpWorker(_Peer):
