@@ -159,6 +159,9 @@ def _decode_body(reader: FrameReader, dialect: str, header: bytes, cls: type[Mes
     name = None if routed else _text(reader, take("service name"), "service name")
     job = _text(reader, take("job uuid"), "job uuid")
     status, text = _status(reader)
+    if text and dialect == "norfab":
+        # norfab-wire.md section 1: NorFab compares the whole frame (status == "202").
+        raise reader.error("a NorFab status is three digits with no text")
     return cls(  # type: ignore[call-arg]
         header=header,
         service=name,
@@ -224,9 +227,11 @@ def _body(reader: FrameReader) -> tuple[bytes, ...]:
 def _status(reader: FrameReader) -> tuple[int, str]:
     # Status Frames: "three digits, optionally followed by a space and descriptive text"
     frame = reader.take("status")
-    digits, _, text = frame.partition(b" ")
-    if len(digits) != 3 or not digits.isdigit() or (_ and b" " not in frame[3:4]):
+    digits, space, text = frame.partition(b" ")
+    if len(digits) != 3 or not digits.isdigit() or (space and b" " not in frame[3:4]):
         raise reader.error(f"status must be three digits, got {frame[:16]!r}")
+    if space and not text:  # "200 " would come back "200": its space means text follows
+        raise reader.error("status: a space after the digits must be followed by text")
     return int(digits), printable(NAME, text, f"{reader.what} status text") if text else ""
 
 
@@ -269,6 +274,8 @@ def encode(message: Message, dialect: str) -> list[bytes]:
             out.append(message.uuid.encode())
         else:
             out.append(message.uuid.encode())
+            if message.status_text and dialect == "norfab":
+                raise EncodeError(NAME, f"{message.TYPE}: a NorFab status is three digits with no text")
             status = b"%d" % message.status
             out.append(status + b" " + message.status_text.encode() if message.status_text else status)
         out += message.body

@@ -220,3 +220,29 @@ def test_frame_builders_refuse_an_unknown_dialect() -> None:
         codec.response_frames("s", "u", 200, (b"x",), "bogus")
     with pytest.raises(ConfigError):
         codec.dispatch_frames("u", (b"x",), "bogus", service="s", target="any")
+
+
+@pytest.mark.parametrize(
+    ("wire", "dialect", "reason"),
+    [
+        # "three digits, optionally followed by a space and descriptive text": a space with
+        # no text would be re-encoded without it.
+        ([b"", b"NFPW01", b"\x05", b"svc", b"u1", b"200 ", b"x"], "spec", "followed by text"),
+        # NorFab compares the whole status frame (norfab-wire.md section 1).
+        ([b"", b"NFPW01", b"0x05", b"c1", b"", b"u1", b"200 OK", b"x"], "norfab", "no text"),
+    ],
+)
+def test_status_frames_that_cannot_come_back_as_they_were_are_refused(
+    wire: list[bytes], dialect: str, reason: str
+) -> None:
+    with pytest.raises(DecodeError, match=reason):
+        nfp.decode(wire, dialect)
+
+
+def test_a_status_with_text_is_not_encoded_for_norfab() -> None:
+    message = nfp.Response(
+        header=nfp.BROKER, service="s", uuid="u", status=200, status_text="OK", body=(b"x",)
+    )
+    assert nfp.encode(message, "spec")[5] == b"200 OK"
+    with pytest.raises(EncodeError, match="no text"):
+        nfp.encode(message, "norfab")

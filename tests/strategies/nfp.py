@@ -30,6 +30,9 @@ def _job(cls: type[Any], dialect: str) -> st.SearchStrategy[Any]:
 
 
 def _result(cls: type[Any], dialect: str) -> st.SearchStrategy[Any]:
+    # NorFab compares the whole status frame: its dialect carries no status text.
+    texts = status_text if dialect == "spec" else st.just("")
+
     def addressed(header: bytes) -> st.SearchStrategy[Any]:
         return st.builds(
             cls,
@@ -37,7 +40,7 @@ def _result(cls: type[Any], dialect: str) -> st.SearchStrategy[Any]:
             service=text,
             uuid=uuid,
             status=status,
-            status_text=status_text,
+            status_text=texts,
             body=body,
         )
 
@@ -49,7 +52,7 @@ def _result(cls: type[Any], dialect: str) -> st.SearchStrategy[Any]:
         client=nonempty_frame,
         uuid=uuid,
         status=status,
-        status_text=status_text,
+        status_text=texts,
         body=body,
     )
     return addressed(nfp.BROKER) | routed
