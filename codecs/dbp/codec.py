@@ -298,7 +298,7 @@ def service_info(source: Registration | Update | Reply | bytes | Sequence[bytes]
     else:
         data = b"".join(bytes(frame) for frame in source)
     try:
-        obj = load_json(data.decode("utf-8"), parse_constant=_no_constant)
+        obj = load_json(data.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
     except UnicodeDecodeError:
         raise DecodeError(NAME, f"service information is not UTF-8: {data[:32]!r}") from None
     except ValueError as exc:
@@ -316,6 +316,15 @@ def service_info(source: Registration | Update | Reply | bytes | Sequence[bytes]
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    # 1e999 is valid JSON syntax that no double holds: as inf it would go back out, in
+    # the catalog's answers, as Infinity, which is not JSON.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:32]} is beyond what a JSON number can hold here")
+    return value
 
 
 def missing_required(info: Mapping[str, Any]) -> list[str]:
@@ -346,4 +355,7 @@ def make_info(*, name: str, ip: str, port: int, function: str, heartbeat: float,
     reasons = check_registration(info, "spec", REQUIRED_KEYS)
     if reasons:
         raise ValueError("; ".join(reasons))
-    return json.dumps(info, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    try:
+        return json.dumps(info, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except TypeError as exc:  # an extra value of a type JSON has no form for (a set, bytes)
+        raise ValueError(str(exc)) from None

@@ -184,7 +184,9 @@ class Liveness:
     def deadline(self, liveness: int) -> int:
         """The earliest time anything is due for this service: a beat to send, a miss,
         expiry. Never raises."""
-        silence = self.interval_ms * (MISSED_AFTER if self.mode is Mode.UDP else liveness)
+        # Expiry is due after ``liveness`` intervals whatever the mode; a UDP service's
+        # miss after MISSED_AFTER, which comes later than expiry when liveness is 1.
+        silence = self.interval_ms * (min(MISSED_AFTER, liveness) if self.mode is Mode.UDP else liveness)
         return min(self.send_ms, self.heard_ms + math.ceil(silence))
 
 
@@ -192,9 +194,13 @@ def heartbeat_ms(seconds: float) -> int:
     """A registered ``heartbeat`` (seconds) as whole milliseconds within the limits.
 
     Raises :class:`ValueError` for NaN and :class:`OverflowError` for an infinity: pass
-    a heartbeat :func:`check_registration` approved (finite and positive).
+    a heartbeat :func:`check_registration` approved (finite and positive). A finite one
+    of any size is fine: it is compared with the limit before it is scaled, so ``1e308``
+    or a JSON integer of 400 digits is the longest interval, not an overflow.
     """
-    return int(min(MAX_HEARTBEAT_MS, max(MIN_HEARTBEAT_MS, round(seconds * 1000))))
+    if seconds >= MAX_HEARTBEAT_MS / 1000:
+        return MAX_HEARTBEAT_MS
+    return int(max(MIN_HEARTBEAT_MS, round(seconds * 1000)))
 
 
 # ----------------------------------------------------------- service information
@@ -307,7 +313,10 @@ def _body_frames(value: object, encoding: str) -> tuple[bytes, ...]:
         if isinstance(item, str):
             frames.append(base64.b64decode(item, validate=True) if encoding == "base64" else item.encode())
         else:  # any other JSON value is one frame holding its JSON text
-            frames.append(json.dumps(item, separators=(",", ":"), ensure_ascii=False).encode())
+            # allow_nan=False: 1e999 parsed as inf must not go out as "Infinity" (not JSON).
+            frames.append(
+                json.dumps(item, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+            )
     return tuple(frames)
 
 

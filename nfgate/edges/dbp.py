@@ -38,6 +38,7 @@ from nfgate.codecs.dbp import Registration as DbpRegistration
 from nfgate.codecs.dbp import Reply as DbpReply
 from nfgate.codecs.dbp import Update as DbpUpdate
 from nfgate.codecs.dbp.session import (
+    MAX_HEARTBEAT_MS,
     Action,
     Beat,
     BeatAction,
@@ -335,7 +336,7 @@ class DbpEdge(RouterEdge):
         function = info.get("function")
         svc.function = function if isinstance(function, str) and info.get("worker", True) is not False else ""
         svc.udp_to = udp_target(info)
-        seconds = float(info["heartbeat"])
+        seconds = info["heartbeat"]  # approved: a finite positive number, of any size
         interval = heartbeat_ms(seconds)
         mode = Mode.UDP if svc.udp_to is not None and self.udp is not None else Mode.ZMQ
         if svc.beats is None:
@@ -345,7 +346,9 @@ class DbpEdge(RouterEdge):
                 mode=svc.beats.mode, interval_ms=interval, heard_ms=now, send_ms=now + interval
             )
         self._dirty = True
-        if interval != round(seconds * 1000):
+        # The service is told the interval when the broker adjusted it (min() first: a
+        # huge approved heartbeat would overflow round()).
+        if interval != round(min(seconds, MAX_HEARTBEAT_MS) * 1000):
             return (json.dumps({"heartbeat": interval / 1000}).encode(),)
         return ()
 

@@ -85,6 +85,22 @@ def test_a_zmq_beat_from_the_service_moves_the_broker_too() -> None:
 
 def test_heartbeat_ms_is_bounded() -> None:
     assert heartbeat_ms(0.001) == 50 and heartbeat_ms(2.5) == 2500 and heartbeat_ms(1e9) == 3_600_000
+    # check_registration approves any finite positive heartbeat: the largest ones too.
+    for huge in (1e308, 10**400):
+        assert check_registration({**GOOD, "heartbeat": huge}, "spec", dbp.REQUIRED_KEYS) == []
+        assert heartbeat_ms(huge) == 3_600_000
+
+
+def test_expiry_is_never_later_than_the_deadline_says() -> None:
+    # A UDP service's miss comes after 1.5 intervals; with liveness 1 expiry comes first.
+    live = Liveness(interval_ms=1000, heard_ms=0, send_ms=10_000)
+    assert live.deadline(1) == 1000 and live.due(1000, 1) is Beat.EXPIRED
+    assert live.deadline(3) == 1500 and live.due(1500, 3) is Beat.MISSED
+
+
+def test_a_body_of_a_number_no_double_holds_is_a_bad_body() -> None:
+    reply = parse_reply(b'{"id":"1","body":1e999}')
+    assert reply is not None and reply.status == 500 and "bad body" in reply.problem
 
 
 def test_registration_rules() -> None:

@@ -127,6 +127,19 @@ def test_approved_reports_an_adjusted_heartbeat(gw: Running) -> None:
     assert [json.loads(c) for c in approved.changes] == [{"heartbeat": 0.05}]
 
 
+@pytest.mark.parametrize("heartbeat", [b"1e308", b"1" + b"0" * 400])
+def test_a_heartbeat_too_long_to_scale_is_approved_as_the_longest(gw: Running, heartbeat: bytes) -> None:
+    # Finite and positive, so approved: scaled to ms it overflowed (an internal error,
+    # and the service got neither APPROVED nor DENIED).
+    sock = gw.dealer("dbp")
+    body = b'{"name":"slow","ip":"127.0.0.1","port":9,"function":"","heartbeat":' + heartbeat + b"}"
+    send(sock, dbp.Registration(time=now(), info=(body,)))
+    approved = get(sock)
+    assert isinstance(approved, dbp.Approved)
+    assert [json.loads(c) for c in approved.changes] == [{"heartbeat": 3600.0}]
+    assert edge(gw).counters["internal_errors"] == 0 and gw.gateway.internal_errors == 0
+
+
 def test_update_merges_and_is_approved(gw: Running) -> None:
     sock = register(gw, "sensor", colour="blue")
     send(sock, dbp.Update(time=now(), info=(b'{"colour":"red","unit":"K"}',)))
