@@ -1,6 +1,6 @@
 """docs/broker.md's NorFab worker and client, run as a newcomer would copy them.
 
-The two Python blocks of "Connecting NorFab (0.25) clients and workers" run unchanged
+The worker.py and client.py blocks of "Connecting NorFab (0.25) clients and workers" run unchanged
 but for the broker endpoint (the test's gateway, on a random port, not 5555) and the
 base directories (the test's temporary folder).
 """
@@ -24,9 +24,13 @@ def _snippets() -> tuple[str, str]:
     text = DOC.read_text(encoding="utf-8")
     section = text[text.index(SECTION) :]
     section = section[: section.index("\n## ", len(SECTION))]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert len(blocks) == 2, f"expected the worker and the client block in {DOC.name}, found {len(blocks)}"
-    return blocks[0], blocks[1]
+    blocks = {b.split("\n", 1)[0]: b for b in re.findall(r"```python\n(.*?)```", section, re.S)}
+    worker = next((b for first, b in blocks.items() if first.startswith("# worker.py")), None)
+    client = next((b for first, b in blocks.items() if first.startswith("# client.py")), None)
+    assert worker and client, (
+        f"expected the worker.py and client.py blocks in {DOC.name}, found {list(blocks)}"
+    )
+    return worker, client
 
 
 def _adapted(code: str, endpoint: str, root: Path) -> str:
