@@ -64,7 +64,20 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-__all__ = ["Capture", "CaptureConfig", "capture_schema", "load_arrow"]
+__all__ = ["Capture", "CaptureConfig", "capture_schema", "check_edges", "load_arrow"]
+
+
+def check_edges(config: CaptureConfig, served: Iterable[tuple[str, str]]) -> None:
+    """Raise :class:`ConfigError` when a ``config.edges`` name matches none of the
+    ``served`` (name, kind) edges: an edge's name (``nfp-2``) or its kind (``nfp``)."""
+    served = list(served)
+    unknown = set(config.edges) - {name for name, _ in served} - {kind for _, kind in served}
+    if unknown:
+        names = ", ".join(name for name, _ in served)
+        raise ConfigError(
+            f"config: capture.edges: no edge {', '.join(sorted(unknown))} is served (served: {names})"
+        )
+
 
 log = logging.getLogger("nfgate.capture")
 
@@ -209,12 +222,7 @@ class Capture:
         when a name matches no edge."""
         edges = list(edges)
         wanted = set(self.config.edges)
-        unknown = wanted - {e.name for e in edges} - {e.kind for e in edges}
-        if unknown:
-            served = ", ".join(e.name for e in edges)
-            raise ConfigError(
-                f"config: capture.edges: no edge {', '.join(sorted(unknown))} is served (served: {served})"
-            )
+        check_edges(self.config, [(e.name, e.kind) for e in edges])
         for edge in edges:
             if wanted and edge.name not in wanted and edge.kind not in wanted:
                 continue

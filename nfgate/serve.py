@@ -19,7 +19,7 @@ from types import FrameType
 
 import zmq
 
-from nfgate.capture import Capture
+from nfgate.capture import Capture, check_edges
 from nfgate.config import ServeConfig, load
 from nfgate.edges import Edge, EdgeSettings
 from nfgate.edges.kinds import KINDS
@@ -129,12 +129,7 @@ def _capture(cfg: ServeConfig, planned: list[tuple[str, str]]) -> Capture | None
     folder it cannot write or a ``capture.edges`` name no planned (name, kind) edge has."""
     if cfg.capture is None:
         return None
-    unknown = set(cfg.capture.edges) - {name for name, _ in planned} - {kind for _, kind in planned}
-    if unknown:
-        served = ", ".join(name for name, _ in planned)
-        raise ConfigError(
-            f"config: capture.edges: no edge {', '.join(sorted(unknown))} is served (served: {served})"
-        )
+    check_edges(cfg.capture, planned)
     return Capture(cfg.capture)
 
 

@@ -53,10 +53,14 @@ class SuiteWorker:
         Once one went unconfirmed, the others wait for a PONG instead: one connection's
         messages keep their order, so the broker has read the REGISTRATION by then."""
         self.dealer.send(Registration(service=self.service))
+        if wait:
+            self._await_registration(required)
+        self.beat.active = beating
+        return self
+
+    def _await_registration(self, required: bool) -> None:
         state = self.ctx.state
-        if not wait:
-            pass
-        elif required:
+        if required:
             self.confirmation = self.dealer.recv("REGISTRATION confirmation", skip=("PONG",))
         elif state.get("confirms") is not False:
             # A broker echoes at once, before anything else it sends this worker: another
@@ -69,8 +73,6 @@ class SuiteWorker:
         else:
             self.dealer.send(Ping())
             self._first(lambda got: got.type == "PONG", min(0.3, self.ctx.wait_s()))
-        self.beat.active = beating
-        return self
 
     def _first(self, wanted: Callable[[Received], bool], window_s: float) -> Received | None:
         """The first message ``wanted`` within the window, or None; what comes before it
