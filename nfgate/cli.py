@@ -207,7 +207,9 @@ def serve(
     log_level: str | None,
     **switches: bool,
 ) -> None:
-    """Run the translating broker until SIGINT/SIGTERM (then drain and exit 0)."""
+    """Run the translating broker until SIGINT/SIGTERM, then drain and exit 0: new
+    requests are refused while those at workers finish, for up to gateway.drain_ms (5 s);
+    a second signal stops at once."""
     from nfgate import serve as serving  # the gateway's imports are not needed by the other commands
 
     pairs = []

@@ -13,6 +13,8 @@ The file (every table and key optional)::
                                      # record survives a gateway crash, not a machine crash)
     job_retention_s = 86400          # finished NFP jobs are forgotten this long after their
                                      # POST (GET then gives 400); 0 keeps them for ever
+    drain_ms = 5000                  # on SIGTERM/SIGINT: refuse new requests, wait this long at
+                                     # most for those at workers; 0 stops at once
 
     [routing]
     queue_expiry_ms = 300000         # a request with no worker waits this long, then 408 (behind busy workers: no limit)
@@ -73,6 +75,10 @@ DEFAULT_BINDS: Mapping[str, tuple[str, ...]] = {k.kind: k.binds for k in KINDS.v
 """design.md "Default endpoints" for the edges this version serves."""
 
 JOB_RETENTION_S = 86_400  # a day: a client GETs its result long before that
+# A stop's drain: within the grace period of the usual supervisors (docker stop's 10 s,
+# Kubernetes' 30 s, systemd's 90 s) with room left to close, so the drain ends it, not a
+# SIGKILL; long enough for a typical request to come back.
+DRAIN_MS = 5_000
 DEFAULT_METRICS = "http://127.0.0.1:9464"
 _EDGE_KEYS = {"enabled", "bind", "heartbeat_ms", "liveness"}
 _ROUTING_KEYS = {
@@ -107,6 +113,7 @@ class ServeConfig:
     log_level: str = "info"
     fsync: bool = True  # job records fsynced before their 202 (false: written to the OS only)
     job_retention_s: int = JOB_RETENTION_S  # finished jobs kept this long after their POST; 0: for ever
+    drain_ms: int = DRAIN_MS  # how long a stop waits for the requests at workers; 0: not at all
     routing: RouterConfig
     limits: Limits
     edges: tuple[EdgeConfig, ...]
@@ -218,7 +225,7 @@ def load(
     for key in doc:
         if key not in ("gateway", "routing", "limits", "edges", "metrics", "capture"):
             raise ConfigError(f"config: unknown key {key}")
-    gateway = _table(doc, "gateway", {"data_dir", "log_level", "fsync", "job_retention_s"})
+    gateway = _table(doc, "gateway", {"data_dir", "log_level", "fsync", "job_retention_s", "drain_ms"})
     fsync = gateway.get("fsync", True)
     if not isinstance(fsync, bool):
         raise ConfigError("config: gateway.fsync must be true or false")
@@ -279,6 +286,7 @@ def load(
         log_level=level,
         fsync=fsync,
         job_retention_s=_int(gateway, "job_retention_s", "gateway", JOB_RETENTION_S),
+        drain_ms=_int(gateway, "drain_ms", "gateway", DRAIN_MS),
         routing=router,
         limits=limit,
         edges=tuple(kinds),

@@ -9,6 +9,11 @@ heartbeats) and lets every edge flush what it held for the batch (NFP's group co
 of job records).
 The poll timeout is the earliest deadline the core or an edge reports, so an idle
 gateway sleeps.
+
+Stopping (:meth:`Gateway.stop`, a signal) drains when ``drain_ms`` is not 0: the core
+refuses new requests from clients with 503 (:meth:`Router.close_admission`) while the
+loop runs on, and the loop returns once no request is at a worker or ``drain_ms`` has
+passed, whichever is first. A second stop returns at once.
 """
 
 from __future__ import annotations
@@ -107,6 +112,7 @@ class Gateway:
         clock: Callable[[], int] = monotonic_ms,
         wake_fd: int | None = None,
         logs: LogRing | None = None,
+        drain_ms: int = 0,
     ) -> None:
         self.router = router
         self.edges = {edge.name: edge for edge in edges}
@@ -135,7 +141,10 @@ class Gateway:
         if wake_fd is not None:
             self._poller.register(wake_fd, zmq.POLLIN)
         # Set once, never cleared: a signal that arrives before run() starts still counts.
-        self._stop_requested = False
+        # stop() only counts (it runs in signal handlers); the loop acts on the count.
+        self._stops = 0
+        self._drain_ms = drain_ms
+        self._drain_until: int | None = None  # set when a drain starts
         self._closers: list[Callable[[], None]] = []
         self._actions: list[tuple[str, str]] = []
         # What get_logs serves: `nfgate serve` passes one it attached before binding the
@@ -153,8 +162,39 @@ class Gateway:
     # ------------------------------------------------------------------ running
 
     def stop(self) -> None:
-        """Ask the loop to return after the current iteration (safe from a signal handler)."""
-        self._stop_requested = True
+        """Ask the loop to stop (safe from a signal handler): the first call drains
+        (module docstring), a second one, or the first with ``drain_ms`` 0, makes it
+        return after the current iteration."""
+        self._stops += 1
+
+    def _should_return(self) -> bool:
+        """True when run() should return; starts the drain at the first stop."""
+        if not self._stops:
+            return False
+        if self._stops > 1 or not self._drain_ms:
+            return True
+        now = self._clock()
+        held = self.router.stats()["in_flight"]
+        if self._drain_until is None:
+            self.router.close_admission()
+            self._drain_until = now + self._drain_ms
+            if not held:
+                return True
+            log.info(
+                "draining: new requests refused, waiting up to %d ms for %d request(s) at workers "
+                "(a second signal stops at once)",
+                self._drain_ms,
+                held,
+            )
+            return False
+        waited = now - (self._drain_until - self._drain_ms)
+        if not held:
+            log.info("drained in %d ms: every request at a worker was answered", waited)
+            return True
+        if now >= self._drain_until:
+            log.warning("drain: %d request(s) still at workers after %d ms; stopping", held, waited)
+            return True
+        return False
 
     def on_close(self, closer: Callable[[], None]) -> None:
         """Run ``closer`` after the edges are closed (the job store)."""
@@ -194,7 +234,7 @@ class Gateway:
         root = logging.getLogger("nfgate")
         root.addHandler(self.logs)
         try:
-            while not self._stop_requested:
+            while not self._should_return():
                 self.step()
             now = self._clock()
             for edge in self.edges.values():
@@ -355,9 +395,9 @@ class Gateway:
         if any(edge.pending() for edge in self._eager):
             return 0
         deadlines = [d for d in (e.next_deadline() for e in self.edges.values()) if d is not None]
-        core = self.router.next_deadline()
-        if core is not None:
-            deadlines.append(core)
+        for due in (self.router.next_deadline(), self._drain_until):
+            if due is not None:
+                deadlines.append(due)
         if not deadlines:
             return cap
         return max(0, min(cap, min(deadlines) - now))

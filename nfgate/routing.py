@@ -89,6 +89,7 @@ class Router:
         self._liveness: dict[int, OrderedDict[Peer, int]] = {}
         self._timeouts: list[tuple[int, int, int, Part]] = []
         self._stats = dict.fromkeys(COUNTERS, 0)
+        self._closing = False  # see close_admission()
         # Workers that joined or left, oldest first, for the operator's log: the gateway
         # pops them (popleft) after each iteration.
         self.changes: deque[WorkerChange] = deque(maxlen=MAX_CHANGES)
@@ -192,15 +193,24 @@ class Router:
             heapq.heappop(heap)  # stale: drop it now so it does not wake the loop
         return best
 
+    def close_admission(self) -> None:
+        """The gateway is draining: from now on a client's new request is refused with
+        503 ("gateway shutting down", counted as ``rejected``), so the requests already
+        taken can finish. A request a worker sends (DCP chaining, a worker's own request)
+        is still taken: the work in flight may need it."""
+        self._closing = True
+
     def stats(self) -> dict[str, int]:
         """Counters since start, plus gauges (workers, jobs, queued, in_flight)."""
         return views.stats(self._stats, self._workers.values(), len(self._jobs), len(self._waiting))
 
     # ------------------------------------------------------------------ requests
 
-    def _request(self, cmd: Request, now: int, out: list[Output]) -> None:
+    def _request(self, cmd: Request, now: int, out: list[Output], *, chained: bool = False) -> None:
+        """Take a request; ``chained``: handed on by the worker that held it (Forward)."""
         if cmd.reply_to in self._workers:  # a worker forwarding a request is alive too
             self._touch(self._workers[cmd.reply_to], now)
+            chained = True
         if cmd.id == 0:
             req = with_field(cmd, "id", self._next_id)
             self._next_id += 1
@@ -212,7 +222,9 @@ class Router:
             self._next_id = max(self._next_id, cmd.id + 1)
         name = req.service.name
         full = ""
-        if self._queued_count.get(name, 0) >= self._cfg.max_queue_per_service:
+        if self._closing and not chained:
+            full = "gateway shutting down"
+        elif self._queued_count.get(name, 0) >= self._cfg.max_queue_per_service:
             full = "service queue full"
         elif len(self._waiting) >= self._cfg.max_queued and not self._free.get(name):
             full = "gateway queue full"  # a request a free worker takes at once still goes
@@ -494,7 +506,9 @@ class Router:
         del self._jobs[cmd.id]
         moved = attrs.evolve(part.job.request, service=cmd.service, metadata=cmd.metadata, body=cmd.body)
         at = len(out)
-        self._request(moved, now, out)  # same id, client and origin: the reply finds its way home
+        self._request(
+            moved, now, out, chained=True
+        )  # same id, client and origin: the reply finds its way home
         if at < len(out) and isinstance(out[at], Accepted):
             del out[at]  # the client was told about this request already
         self._feed(w, now, out)

@@ -109,7 +109,7 @@ def build(
         raise
     for line in bound:
         log.info("%s", line)
-    gateway = Gateway(Router(cfg.routing), edges, wake_fd=wake_fd, logs=logs)
+    gateway = Gateway(Router(cfg.routing), edges, wake_fd=wake_fd, logs=logs, drain_ms=cfg.drain_ms)
     gateway.on_close(store.close)
     gateway.on_close(lambda: stop_authenticators(context))
     for edge in edges:

@@ -49,6 +49,7 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _SRCFD = int(zmq.SRCFD)
 _DISCONNECTED = int(zmq.EVENT_DISCONNECTED)
 _EVENT = struct.Struct("=HI")  # a monitor event's first frame: event id, value (the fd)
+CLOSE_LINGER_MS = 1000  # see RouterEndpoint.close
 MAX_EVENTS = 10_000  # monitor events read per call: bounded, the rest wait for the next
 _MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 _BaseSocket = zmq.backend.Socket
@@ -245,7 +246,10 @@ class RouterEndpoint:
         if self.monitor is not None:
             self.socket.disable_monitor()
             self.monitor.close(0)
-        self.socket.close(0)
+        # What was sent just before (a stop's last replies and DISCONNECTs) may still be
+        # in libzmq's queue: it gets CLOSE_LINGER_MS to leave when the context ends. A
+        # peer that does not read holds the exit no longer than that.
+        self.socket.close(CLOSE_LINGER_MS)
 
 
 def connect_dealer(

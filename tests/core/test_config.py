@@ -74,6 +74,8 @@ enabled = false
         ("[limits]\nhigh_water_mark = 9999999999999\n", "limits.high_water_mark"),
         ("[limits]\nmax_message_bytes = 99999999999999999999\n", "limits.max_message_bytes"),
         ("[gateway]\njob_retention_s = 10000000000000000\n", "gateway.job_retention_s"),
+        ("[gateway]\ndrain_ms = -1\n", "gateway.drain_ms"),
+        ("[gateway]\ndrain_ms = 1.5\n", "gateway.drain_ms"),
         ("[edges.memodb]\nsend_timeout_ms = 3000000000\n", "edges.memodb.send_timeout_ms"),
         ("[edges.dbp]\nbeacon_interval_ms = 3000000000\n", "edges.dbp.beacon_interval_ms"),
         ("[edges.nfp]\nheartbeat_ms = 3000000000\n", "edges.nfp.heartbeat_ms"),
@@ -102,6 +104,11 @@ def test_job_retention_is_a_day_unless_configured(tmp_path: Path) -> None:
     assert load(write(tmp_path, "[gateway]\njob_retention_s = 0\n")).job_retention_s == 0
     with pytest.raises(ConfigError, match=r"gateway\.job_retention_s"):
         load(write(tmp_path, "[gateway]\njob_retention_s = -1\n"))
+
+
+def test_a_stop_drains_for_five_seconds_unless_configured(tmp_path: Path) -> None:
+    assert load(None, data_dir=tmp_path).drain_ms == 5_000
+    assert load(write(tmp_path, "[gateway]\ndrain_ms = 0\n")).drain_ms == 0
 
 
 def test_fsync_is_on_unless_switched_off(tmp_path: Path) -> None:

@@ -14,7 +14,9 @@ nfgate.
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 import threading
 import time
 import traceback
@@ -447,6 +449,42 @@ def test_gateway_killed_mid_job_the_norfab_client_still_gets_its_result(interop_
         peers.close()
         if first.proc.poll() is None:
             first.proc.kill()
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(90)
+def test_sigterm_mid_job_drains_and_the_norfab_client_gets_its_result(interop_dir: Path) -> None:
+    """SIGTERM to nfgate while a NorFab worker runs a 2 s job: the gateway drains (new
+    requests refused, the one at the worker waited for), NorFab's client gets the result
+    relayed during the drain, and only then does nfgate exit 0."""
+    if broker_kind() != "nfgate":
+        pytest.skip("the drain is nfgate's; NorFab's broker stops at once")
+    args = [*random_bind_args(), "--data-dir", str(interop_dir / "nfgate-data")]
+    gateway = start_nfgate(interop_dir, args, "nfgate-drain")
+    peers = Peers(gateway, interop_dir)
+    try:
+        peers.start_worker("w1", service="echo")
+        run, _ = _slow_job_running(peers, "c-drain", "drain", seconds=2, timeout=30)
+        gateway.proc.send_signal(signal.SIGTERM)
+        try:
+            status: int | None = gateway.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            status = None
+        answer = peers.finish(run, timeout=30)
+        log = gateway.stderr_path.read_text(encoding="utf-8", errors="replace")
+        logs = f"client answer: {answer!r}\nnfgate exit {status}:\n{log}\n{peers.logs()}"
+        _assert_ok(
+            _entry(answer.get("job"), "w1", logs),
+            {"worker": "w1", "seconds": 2, "kwargs": {"tag": "drain"}},
+            logs,
+        )
+        assert status == 0, logs
+        assert "for 1 request(s) at workers" in log and "drained in" in log, logs
+    finally:
+        peers.close()
+        if gateway.proc.poll() is None:
+            gateway.proc.kill()
+            gateway.proc.wait(timeout=10)
 
 
 # ------------------------------------------------------------------------------ 12

@@ -1,0 +1,155 @@
+"""Stopping `nfgate serve` drains: SIGTERM refuses new requests, lets the requests at
+workers come back to their clients, then exits 0; ``gateway.drain_ms`` bounds the wait
+and a second signal cuts it short."""
+
+from __future__ import annotations
+
+import signal
+import uuid as uuidlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+
+from nfgate.codecs import dcp, nfp
+from nfgate.codecs.dcp.messages import Reply as DcpReply
+from nfgate.codecs.dcp.messages import Request as DcpRequest
+from nfgate.codecs.nfp.messages import CLIENT, WORKER, Disconnect, Keepalive, Post, Ready, Response
+from nfgate.model import Status
+from tests.ports import random_bind_args
+from tests.serving import Server, start
+
+from .conftest import until
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]
+
+EXIT_S = 15  # a bound on every wait for the process to end; the drains below are shorter
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+def _serve(tmp_path: Path, drain_ms: int | None = None) -> Server:
+    args = ["--data-dir", str(tmp_path / "data"), *random_bind_args()]
+    if drain_ms is not None:
+        config = tmp_path / "drain.toml"
+        config.write_text(f"[gateway]\ndrain_ms = {drain_ms}\n")
+        args += ["--config", str(config)]
+    return start(*args)
+
+
+def _dealer(ctx: zmq.Context[zmq.Socket[bytes]], url: str, identity: bytes) -> zmq.Socket[bytes]:
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.IDENTITY, identity)
+    sock.setsockopt(zmq.RCVTIMEO, 5000)
+    sock.connect(url)
+    return sock
+
+
+def _next_nfp(sock: zmq.Socket[bytes]) -> object:
+    """The next NFP message other than a KEEPALIVE (bounded: RCVTIMEO, 50 messages)."""
+    for _ in range(50):
+        message = nfp.decode(sock.recv_multipart())
+        if not isinstance(message, Keepalive):
+            return message
+    pytest.fail("only keepalives")
+
+
+def _hold_one(
+    ctx: zmq.Context[zmq.Socket[bytes]], server: Server
+) -> tuple[zmq.Socket[bytes], zmq.Socket[bytes], Post]:
+    """A DCP client's request for ``slow``, held by an NFP spec worker: (client, worker, the POST)."""
+    worker = _dealer(ctx, server.endpoints["nfp"], b"slow-worker")
+    worker.send_multipart(nfp.encode(Ready(service="slow")))
+    client = _dealer(ctx, server.endpoints["dcp"], b"dcp-client")
+    client.send_multipart(dcp.encode(DcpRequest(service=b"slow", metadata=(b"key-1",), data=(b"hello",))))
+    held = _next_nfp(worker)
+    assert isinstance(held, Post) and held.body == (b"hello",)
+    return client, worker, held
+
+
+def _line(server: Server, needle: str) -> str:
+    until(lambda: any(needle in line for line in server.lines), timeout=10)
+    return next(line for line in server.lines if needle in line)
+
+
+def _wait(server: Server) -> int:
+    try:
+        return server.proc.wait(timeout=EXIT_S)
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+
+
+def test_a_stop_refuses_new_requests_and_waits_for_the_one_at_a_worker(
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    server = _serve(tmp_path)  # the default drain: 5 s
+    client, worker, held = _hold_one(ctx, server)
+    server.proc.send_signal(signal.SIGTERM)
+    assert "waiting up to 5000 ms for 1 request(s) at workers" in _line(server, "draining:")
+
+    # A request that comes now is refused with the client protocol's error (NFP spec:
+    # 500, its status list has no 503), not taken and then lost at the exit.
+    late = _dealer(ctx, server.endpoints["nfp"], b"late-client")
+    job = uuidlib.uuid4().hex
+    late.send_multipart(nfp.encode(Post(header=CLIENT, service="slow", target="any", uuid=job, body=(b"x",))))
+    refused = _next_nfp(late)
+    assert isinstance(refused, Response) and (refused.uuid, refused.status) == (job, Status.ERROR)
+    assert server.proc.poll() is None  # still draining: the held request is not back yet
+
+    # The worker answers: the reply reaches its client, then the gateway exits 0 and
+    # says goodbye to the worker. Both are sent just before the sockets close, and both
+    # arrive: a large reply takes a while to leave, and the close waits for it.
+    done = bytes(range(256)) * (64 * 1024)  # 16 MiB
+    worker.send_multipart(
+        nfp.encode(Response(header=WORKER, service="slow", uuid=held.uuid, status=200, body=(done,)))
+    )
+    reply = dcp.decode(client.recv_multipart())
+    assert reply == DcpReply(client=None, metadata=(b"key-1",), data=(done,))
+    assert _wait(server) == 0
+    assert isinstance(_next_nfp(worker), Disconnect)
+    assert _line(server, "drained in")
+    for sock in (client, worker, late):
+        sock.close()
+
+
+def test_the_drain_gives_up_after_drain_ms(tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    server = _serve(tmp_path, drain_ms=300)
+    client, worker, _ = _hold_one(ctx, server)
+    server.proc.send_signal(signal.SIGTERM)
+    assert _wait(server) == 0  # the worker never answers
+    assert "1 request(s) still at workers after" in _line(server, "drain:")
+    assert not any("drained in" in line for line in server.lines)
+    client.close()
+    worker.close()
+
+
+def test_a_second_signal_stops_the_drain_at_once(tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    server = _serve(tmp_path, drain_ms=600_000)  # ten minutes: only the second signal ends it in time
+    client, worker, _ = _hold_one(ctx, server)
+    server.proc.send_signal(signal.SIGTERM)
+    _line(server, "draining:")
+    server.proc.send_signal(signal.SIGINT)
+    assert _wait(server) == 0
+    assert not any(word in line for line in server.lines for word in ("drained in", "drain:"))
+    client.close()
+    worker.close()
+
+
+def test_drain_ms_0_stops_at_once_with_a_request_at_a_worker(
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    server = _serve(tmp_path, drain_ms=0)
+    client, worker, _ = _hold_one(ctx, server)
+    server.proc.send_signal(signal.SIGTERM)
+    assert _wait(server) == 0
+    assert not any(word in line for line in server.lines for word in ("draining:", "drained in", "drain:"))
+    client.close()
+    worker.close()
