@@ -44,7 +44,6 @@ from nfgate.queues import (
     best_queue,
     forget_in,
     mark_free,
-    unindex,
     with_field,
 )
 from nfgate.routing_types import (
@@ -54,12 +53,12 @@ from nfgate.routing_types import (
     Accepted,
     Deliver,
     Dispatch,
-    Evict,
     Output,
     RouterConfig,
     WorkerChange,
     WorkerInfo,
 )
+from nfgate.routing_workers import WorkerSide
 
 __all__ = ["Router"]  # its configuration and outputs: nfgate.routing_types
 
@@ -69,8 +68,9 @@ __all__ = ["Router"]  # its configuration and outputs: nfgate.routing_types
 MAX_CHANGES = 4096
 
 
-class Router:
-    """The routing core. See the module docstring for behaviour and data structures."""
+class Router(WorkerSide):
+    """The routing core. See the module docstring for behaviour and data structures;
+    the worker side (registering, liveness, leaving) is :class:`WorkerSide`."""
 
     def __init__(self, config: RouterConfig | None = None) -> None:
         self._cfg = config if config is not None else RouterConfig()
@@ -417,16 +417,6 @@ class Router:
         reply = Reply(id=job.request.id, status=status, worker=part.bound, worker_name=part.name or name)
         out.append(Deliver(reply=reply, request=job.request, remaining=job.open, reason=reason))
 
-    @staticmethod
-    def _name_bound(part: Part, w: WorkerState) -> None:
-        """An ALL part bound to ``w``, which is leaving, waits for ``w``'s name from now on,
-        as a NAMED part does: the client was told that worker serves it, and a worker that
-        comes back under its name (restarted, reconnected, MMI ``restart``) still does. A
-        worker with no name, or one its connection made up (``Register.name_lasts``), has
-        nothing to wait for: its part fails."""
-        if part.name is None and part.bound == w.peer and w.name and w.name_lasts:
-            part.name = w.name
-
     def _lost(
         self,
         part: Part,
@@ -542,112 +532,3 @@ class Router:
             self._finish(part, Event.CANCEL, STATUS_CANCELLED, "cancelled", out)
         for w in freed:
             self._feed(w, now, out)
-
-    # ------------------------------------------------------------------- workers
-
-    def _touch(self, w: WorkerState, now: int) -> None:
-        if w.timeout:
-            seen = self._liveness[w.timeout]
-            seen[w.peer] = now
-            seen.move_to_end(w.peer)
-
-    def _heartbeat(self, cmd: Heartbeat, now: int, out: list[Output]) -> None:
-        w = self._workers.get(cmd.peer)
-        if w is None:
-            self._stats["unknown_heartbeats"] += 1
-            return
-        self._touch(w, now)
-        if (
-            not w.free
-            and cmd.peer.protocol in self._cfg.heartbeat_grants_slot
-            and w.capacity < self._cfg.max_in_flight_per_worker
-        ):
-            w.capacity = len(w.in_flight) + 1
-            self._feed(w, now, out)
-
-    def _register(self, cmd: Register, now: int, out: list[Output]) -> None:
-        w = self._workers.get(cmd.peer)
-        if w is not None:
-            if w.services == cmd.services and w.name == cmd.name:
-                # A repeated READY: only the capacity may have changed.
-                w.base = w.capacity = cmd.capacity
-                self._touch(w, now)
-                self._feed(w, now, out)
-                return
-            if w.keeps_its_work(cmd):
-                # New services, still offering what it is working on (a SADA server's INTR
-                # "after any change"): the same worker, its requests left with it.
-                unindex(self._providers, self._free, w)
-                w.reoffer(cmd)
-            else:
-                reason = "registered again, as another worker"
-                self._remove_worker(w, now, out, evict_reason=None, reason=reason)
-                w = None
-        if w is None:
-            w = WorkerState(cmd, self._cfg.timeout_for(cmd.peer), since=now)
-            self._workers[w.peer] = w
-            self._stats["workers_registered"] += 1
-        self.changes.append(WorkerChange(peer=w.peer, name=w.name, services=w.services, joined=True))
-        for name in w.names:
-            self._providers.setdefault(name, {})[w.peer] = None
-        if w.timeout:
-            self._liveness.setdefault(w.timeout, OrderedDict())
-        self._touch(w, now)
-        if w.name:
-            self._by_name[w.name] = w.peer
-            waiting = self._named_wait.pop(w.name, None)
-            for part in waiting.take_all() if waiting is not None else ():
-                self._place(part)  # binds it to w when w offers its service; keeps its queueing time
-        for name in w.names:
-            placeholders = self._all_wait.pop(name, None)
-            for part in placeholders.take_all() if placeholders is not None else ():
-                if w.offers(part.job.request.service):
-                    self._split(part, now, out)
-                else:
-                    self._all_wait.setdefault(name, Waitlist()).push(part)
-        self._feed(w, now, out)
-
-    def _split(self, placeholder: Part, now: int, out: list[Output]) -> None:
-        del self._waiting[placeholder]
-        self._uncount(placeholder.job.request.service.name)
-        advance(placeholder, Event.SPLIT)
-        placeholder.job.open -= 1
-        self._fan_out(placeholder.job, now, out)
-
-    def _remove_worker(
-        self, w: WorkerState, now: int, out: list[Output], *, evict_reason: str | None, reason: str
-    ) -> None:
-        peer = w.peer
-        del self._workers[peer]
-        self._stats["workers_lost"] += 1
-        held = len(w.in_flight) + w.backlog.live
-        self.changes.append(
-            WorkerChange(peer=peer, name=w.name, services=w.services, joined=False, reason=reason, held=held)
-        )
-        if w.timeout:
-            self._liveness[w.timeout].pop(peer, None)
-        unindex(self._providers, self._free, w)
-        if w.name and self._by_name.get(w.name) == peer:
-            del self._by_name[w.name]
-        if evict_reason is not None:
-            self._stats["evicted"] += 1
-            out.append(Evict(worker=peer, reason=evict_reason))
-        rebound: dict[Peer, None] = {}
-        for part in w.backlog.take_all():
-            self._name_bound(part, w)
-            if part.name is not None:
-                part.bound = None
-                self._place(part)  # back to waiting for its name, same queueing time
-                if part.bound is not None:  # another worker registered under that name
-                    rebound[part.bound] = None
-            else:
-                self._waiting.pop(part)
-                self._uncount(part.job.request.service.name)
-                self._finish(part, Event.FAIL, Status.ERROR, "worker left", out, w.name)
-        parts = list(w.in_flight.values())
-        w.in_flight.clear()
-        for part in parts:
-            self._name_bound(part, w)
-            self._lost(part, now, out, Status.ERROR, "worker lost", name=w.name)
-        for other in rebound:
-            self._feed(self._workers[other], now, out)

@@ -58,8 +58,15 @@ def _drain(proc: subprocess.Popen[str], lines: list[str]) -> None:
 
 
 def stop(server: Server) -> int:
+    """SIGTERM; a second one if the gateway is still draining after a second (a test's
+    teardown does not wait for requests its workers still hold: tests/gateway/test_drain.py
+    tests the drain); killed if it has not exited 15 s later."""
     server.proc.send_signal(signal.SIGTERM)
     try:
+        try:
+            return server.proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            server.proc.send_signal(signal.SIGTERM)
         return server.proc.wait(timeout=15)
     finally:
         if server.proc.poll() is None:

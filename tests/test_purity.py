@@ -1,5 +1,6 @@
-"""Codecs are sans-I/O: nothing under codecs/ imports sockets, clocks, randomness,
-threads or logging set-up (design.md "Codec (pure, sans-I/O)")."""
+"""Codecs and the routing core are sans-I/O: nothing under codecs/, and no module of the
+core, imports sockets, clocks, randomness, threads or logging set-up (design.md "Codec
+(pure, sans-I/O)"; docs/routing.md)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,16 @@ FORBIDDEN = {
 }
 
 
-@pytest.mark.parametrize("path", sorted(CODECS.rglob("*.py")), ids=lambda p: str(p.relative_to(CODECS)))
-def test_codec_module_imports_no_io(path: Path) -> None:
+CORE = [
+    CODECS.parent / "nfgate" / f"{name}.py"
+    for name in ("routing", "routing_workers", "routing_views", "routing_types", "queues", "model")
+]
+
+
+@pytest.mark.parametrize(
+    "path", [*sorted(CODECS.rglob("*.py")), *CORE], ids=lambda p: str(p.relative_to(CODECS.parent))
+)
+def test_pure_module_imports_no_io(path: Path) -> None:
     tree = ast.parse(path.read_text())
     imported: set[str] = set()
     for node in ast.walk(tree):

@@ -43,6 +43,9 @@ class Running:
         return sock
 
     def stop(self) -> None:
+        # Twice, as a second signal: a test's teardown does not wait for the requests its
+        # workers still hold (the drain is tests/gateway/test_drain.py's).
+        self.gateway.stop()
         self.gateway.stop()
         self._waker.send(b"x")
         self.thread.join(timeout=10)
