@@ -10,10 +10,11 @@ of job records).
 The poll timeout is the earliest deadline the core or an edge reports, so an idle
 gateway sleeps.
 
-Stopping (:meth:`Gateway.stop`, a signal) drains when ``drain_ms`` is not 0: the core
-refuses new requests from clients with 503 (:meth:`Router.close_admission`) while the
-loop runs on, and the loop returns once no request is at a worker or ``drain_ms`` has
-passed, whichever is first. A second stop returns at once.
+Stopping (:meth:`Gateway.stop`, a signal; or MMI ``shutdown``) drains when ``drain_ms``
+is not 0: the core refuses new requests from clients with 503
+(:meth:`Router.close_admission`), each edge may tell its peers (:meth:`Edge.closing`),
+and the loop runs on until no request is at a worker or ``drain_ms`` has passed,
+whichever is first. A second signal returns at once.
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ class Gateway:
             self._poller.register(wake_fd, zmq.POLLIN)
         # Set once, never cleared: a signal that arrives before run() starts still counts.
         # stop() only counts (it runs in signal handlers); the loop acts on the count.
-        self._stops = 0
+        self._signals = 0
+        self._shutdown = False  # mmi shutdown: a stop, but not a signal (a signal after it is the first)
         self._drain_ms = drain_ms
         self._drain_until: int | None = None  # set when a drain starts
         self._closers: list[Callable[[], None]] = []
@@ -162,22 +164,22 @@ class Gateway:
     # ------------------------------------------------------------------ running
 
     def stop(self) -> None:
-        """Ask the loop to stop (safe from a signal handler): the first call drains
-        (module docstring), a second one, or the first with ``drain_ms`` 0, makes it
-        return after the current iteration."""
-        self._stops += 1
+        """Ask the loop to stop, as a signal does (safe from a signal handler): the first
+        call drains (module docstring); a second one, or the first with ``drain_ms`` 0,
+        makes it return after the current iteration."""
+        self._signals += 1
 
     def _should_return(self) -> bool:
         """True when run() should return; starts the drain at the first stop."""
-        if not self._stops:
+        if not self._signals and not self._shutdown:
             return False
-        if self._stops > 1 or not self._drain_ms:
+        if self._signals > 1 or not self._drain_ms:
             return True
         now = self._clock()
-        held = self.router.stats()["in_flight"]
+        core = self.router.stats()
+        held = core["in_flight"]
         if self._drain_until is None:
-            self.router.close_admission()
-            self._drain_until = now + self._drain_ms
+            self._begin_drain(now)
             if not held:
                 return True
             log.info(
@@ -188,13 +190,24 @@ class Gateway:
             )
             return False
         waited = now - (self._drain_until - self._drain_ms)
+        left = f"; {core['queued']} queued request(s) left" if core["queued"] else ""
         if not held:
-            log.info("drained in %d ms: every request at a worker was answered", waited)
+            log.info("drained in %d ms: no request left at a worker%s", waited, left)
             return True
         if now >= self._drain_until:
-            log.warning("drain: %d request(s) still at workers after %d ms; stopping", held, waited)
+            log.warning("drain: %d request(s) still at workers after %d ms%s; stopping", held, waited, left)
             return True
         return False
+
+    def _begin_drain(self, now: int) -> None:
+        self.router.close_admission()
+        self._drain_until = now + self._drain_ms
+        self._published = None  # the metrics' draining gauge, at the end of the next iteration
+        for edge in self.edges.values():
+            try:
+                edge.closing(now)
+            except Exception:
+                self._bug(edge, "closing")
 
     def on_close(self, closer: Callable[[], None]) -> None:
         """Run ``closer`` after the edges are closed (the job store)."""
@@ -211,7 +224,7 @@ class Gateway:
         actions, self._actions = self._actions, []
         for kind, worker in actions:
             if kind == "shutdown":
-                self.stop()
+                self._shutdown = True
                 continue
             for info in self.router.workers():
                 # restart, and disconnect without a name, mean every worker (spec: BMMI).
@@ -415,7 +428,8 @@ class Gateway:
 
     def stats(self) -> dict[str, dict[str, int]]:
         # The loop's own bug count joins the core's counters: nfgate_core_internal_errors_total.
-        out = {"core": {**self.router.stats(), "internal_errors": self.internal_errors}}
+        draining = int(self._drain_until is not None)
+        out = {"core": {**self.router.stats(), "internal_errors": self.internal_errors, "draining": draining}}
         for name, edge in self.edges.items():
             out[f"edge:{name}"] = edge.stats()
             out[f"traffic:{name}"] = attrs.asdict(edge.traffic())

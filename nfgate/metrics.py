@@ -27,7 +27,7 @@ __all__ = ["EDGE_GAUGES", "GAUGES", "MetricsServer", "parse_url", "render"]
 
 log = logging.getLogger("nfgate.metrics")
 
-GAUGES = frozenset({"workers", "jobs", "queued", "in_flight"})
+GAUGES = frozenset({"workers", "jobs", "queued", "in_flight", "draining"})
 # What an edge's stats() holds that goes down as well as up: a gauge, not an event count
 # (a counter that falls reads as a restart to Prometheus's rate()).
 EDGE_GAUGES = {
@@ -39,6 +39,7 @@ EDGE_GAUGES = {
     "peers": "Peers whose dialect or session the edge remembers (bounded; the oldest clients are forgotten).",
 }
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+POLL_S = 0.05  # how often the HTTP thread looks for close(): bounds what a stop waits for it
 
 Snapshot = Mapping[str, Mapping[str, int]]
 """``{"core": {...}, "edge:<name>": {...}, "traffic:<name>": {...}}`` as
@@ -174,7 +175,11 @@ class MetricsServer:
             raise TransportError(f"cannot bind metrics on {url}: {exc.strerror or exc}") from None
         self._httpd.daemon_threads = True
         self.url = f"http://{host}:{self._httpd.server_address[1]}/metrics"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics", daemon=True)
+        # shutdown() waits for serve_forever to look at its flag, once per poll_interval
+        # (0.5 s by default): every stop of the gateway waited that long for it.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": POLL_S}, name="metrics", daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:

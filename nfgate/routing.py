@@ -211,6 +211,7 @@ class Router(WorkerSide):
         if cmd.reply_to in self._workers:  # a worker forwarding a request is alive too
             self._touch(self._workers[cmd.reply_to], now)
             chained = True
+        chained = chained or cmd.from_worker
         if cmd.id == 0:
             req = with_field(cmd, "id", self._next_id)
             self._next_id += 1

@@ -280,6 +280,11 @@ class Edge(abc.ABC):
         """Commands that restore this edge's accepted work after a restart."""
         return []
 
+    def closing(self, now_ms: int) -> None:  # noqa: B027 - optional hook
+        """The gateway began to drain (the core refuses new requests from clients): stop
+        offering services to peers that would route requests here, where the protocol
+        can say so."""
+
     def drain(self, now_ms: int) -> None:  # noqa: B027 - optional hook
         """The gateway is stopping: say goodbye to peers (DISCONNECT) where the protocol has it."""
 

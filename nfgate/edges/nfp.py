@@ -71,6 +71,9 @@ _PROGRESS = {201: "created", 202: "created", 300: "pending"}
 # A NorFab worker's answers to a GET: "pending" (300), "waiting for input" (102, with
 # the input request), "no such job" (404), or the result (final).
 _GET_ANSWERS = frozenset({102, 300, 404})
+# What NorFab 0.25 appends to a worker's name for the client it runs inside itself
+# (norfab/core/worker.py: NFPClient(..., name=f"{self.name}-NFPClient")).
+NORFAB_CLIENT_SUFFIX = b"-NFPClient"
 # The worker messages whose connection the edge notes (RouterEdge.note_connection).
 _BY_CONNECTION = frozenset({Keepalive.TYPE, Ready.TYPE})
 # What the gateway is waiting for a NorFab worker to answer, per uuid (_Peer.asked): a
@@ -168,6 +171,14 @@ class NfpEdge(RouterEdge):
 
     def beat_record(self, address: bytes) -> BeatCounts | None:
         return self._workers.get(address)
+
+    def workers_client(self, address: bytes) -> bool:
+        """True when ``address`` is the client a registered NorFab worker runs inside
+        itself (NorFab names it ``<worker name>-NFPClient``): its jobs are part of the
+        worker's work (a nornir task asking netbox, a fetch_file)."""
+        return (
+            address.endswith(NORFAB_CLIENT_SUFFIX) and address[: -len(NORFAB_CLIENT_SUFFIX)] in self._workers
+        )
 
     def speaks_norfab(self, peer: Peer) -> bool:
         """True when ``peer`` is a worker of this edge speaking the NorFab dialect."""

@@ -135,6 +135,7 @@ class NfpJobs:
                 body=msg.body,
                 reply_to=peer,
                 origin=uuid.encode(),
+                from_worker=self._edge.workers_client(peer.address),
             )
         ]
 

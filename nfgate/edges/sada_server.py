@@ -14,6 +14,8 @@ Wiring only: one ROUTER that connects out + ``nfgate.codecs.sada`` + the server 
   changes. Services whose only workers are SADA servers are left out: SADA channels
   reach those servers directly, and re-introducing them would let two gateways bounce
   requests between each other.
+- A drain (the gateway stopping) withdraws the services by INTR, per channel, each once
+  the REQs of it that channel left here are answered (:meth:`SadaServerEdge.closing`).
 - Each REQ is routed through the core to a worker of any protocol and answered REP with
   the channel's request id and an HTTP status (503 queue expiry, 504 worker timeout,
   500 internal), in the channel's version-frame form and dialect (PIRAN's int32 status
@@ -54,7 +56,7 @@ log = logging.getLogger("nfgate.edge.sada")
 
 
 class _Channel:
-    __slots__ = ("dialect", "identity", "proto", "state", "url")
+    __slots__ = ("dialect", "held", "identity", "offered", "proto", "state", "url")
 
     def __init__(self, url: str, identity: bytes, dialect: str) -> None:
         self.url = url
@@ -62,6 +64,9 @@ class _Channel:
         self.dialect = dialect  # "auto" until its first message settles it
         self.proto = DEFAULT_PROTO
         self.state = ServerState.NEW
+        # request id -> service name of each REQ not answered yet: what a drain still offers.
+        self.held: dict[str, str] = {}
+        self.offered: tuple[tuple[str, str], ...] = ()  # in the last INTR sent
 
 
 class SadaServerEdge(Edge, Decoding):
@@ -97,6 +102,7 @@ class SadaServerEdge(Edge, Decoding):
             # Dial the spec form, so a bare ip:port in the config works too.
             self._channels.setdefault(identity, _Channel(identity.decode(), identity, forced))
         self._services: tuple[tuple[str, str], ...] = ()
+        self._withdrawn = False  # the gateway drains: offer nothing (closing())
         self._next_refresh = 0
         self._wire = WireCache()
         # Bound only to a private inproc name: RouterEndpoint binds, and nobody dials it.
@@ -157,9 +163,18 @@ class SadaServerEdge(Edge, Decoding):
         if rep is not None and channel is not None:
             self._send_message(channel, rep)
 
+    def _for(self, channel: _Channel) -> tuple[tuple[str, str], ...]:
+        """The services to introduce to ``channel``: all, or while draining only those of
+        the REQs it left here."""
+        if not self._withdrawn:
+            return self._services
+        held = set(channel.held.values())
+        return tuple(s for s in self._services if s[0] in held)
+
     def _intr(self, channel: _Channel) -> None:
         # INTR is the same in both dialects; SADA1 until the channel has spoken (design.md).
-        if self._send_message(channel, Intr(proto=channel.proto, services=self._services)):
+        channel.offered = self._for(channel)
+        if self._send_message(channel, Intr(proto=channel.proto, services=channel.offered)):
             channel.state = ServerState.INTRODUCED
             self.counters["intr_sent"] += 1
 
@@ -236,6 +251,7 @@ class SadaServerEdge(Edge, Decoding):
             case Action.PONG, _:
                 self._send_message(channel, Pong(proto=channel.proto))
             case Action.REQUEST, Req():
+                channel.held[message.request_id] = message.service
                 out.append(
                     Request(
                         service=self._wire.ref(message.service, message.version),
@@ -267,18 +283,22 @@ class SadaServerEdge(Edge, Decoding):
         if channel is None:  # pragma: no cover - requests come from configured channels only
             self.counters["deliver_unknown"] += 1
             return
+        request_id = out.request.origin.decode("utf-8")
+        service = channel.held.pop(request_id, None)
         try:
             rep = Rep(
                 proto=channel.proto,
-                request_id=out.request.origin.decode("utf-8"),
+                request_id=request_id,
                 status=client_status(reply.status, out.reason),
                 payload=join_body(reply.body),
             )
         except (ValueError, EncodeError) as exc:
             self.counters["unencodable"] += 1
             log.debug("%s: cannot deliver reply %d: %s", self.name, reply.id, exc)
-            return
-        self._send_message(channel, rep)
+        else:
+            self._send_message(channel, rep)
+        if self._withdrawn and service is not None and self._for(channel) != channel.offered:
+            self._intr(channel)  # after the REP: its last REQ of a service offered is answered
 
     # ------------------------------------------------------------------ timers
 
@@ -286,6 +306,8 @@ class SadaServerEdge(Edge, Decoding):
         """Introduce the gateway to every channel not introduced to yet, and again to all
         when the set of services changed (INTR Command: "after any change")."""
         self._next_refresh = now_ms + self._refresh
+        if self._withdrawn:
+            return []  # draining: INTRs follow the REQs answered (_deliver)
         services = self._offered()
         changed = services != self._services
         self._services = services
@@ -307,6 +329,18 @@ class SadaServerEdge(Edge, Decoding):
             if changed or (channel.state is ServerState.NEW and self._monitor is None):
                 self._intr(channel)
         return []
+
+    def closing(self, now_ms: int) -> None:
+        """The gateway drains and refuses new requests: tell every channel (INTR Command:
+        "after any change") to send its REQs to other servers, not here to be refused
+        with 503. A service this channel has a REQ here for is withdrawn only once that
+        is answered: a channel may take a server that stops offering the service of a
+        REQ it holds for one that will not answer it, and run it again elsewhere (nfgate's
+        own channel does, docs/routing.md)."""
+        self._withdrawn = True
+        for channel in self._channels.values():
+            if channel.state is not ServerState.NEW:
+                self._intr(channel)
 
     def next_deadline(self) -> int | None:
         return self._next_refresh if self._channels else None  # no channels: nothing to do

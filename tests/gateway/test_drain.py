@@ -4,7 +4,9 @@ and a second signal cuts it short."""
 
 from __future__ import annotations
 
+import json
 import signal
+import time
 import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,6 +119,36 @@ def test_a_stop_refuses_new_requests_and_waits_for_the_one_at_a_worker(
     assert isinstance(_next_nfp(worker), Disconnect)
     assert _line(server, "drained in")
     for sock in (client, worker, late):
+        sock.close()
+
+
+def test_a_signal_after_an_mmi_shutdown_is_the_first_one_and_the_drain_goes_on(
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    # An operator's mmi shutdown, then the supervisor's SIGTERM when it sees the stop:
+    # that signal is the first, not the second that cuts the drain short.
+    server = _serve(tmp_path)
+    client, worker, held = _hold_one(ctx, server)
+    admin = _dealer(ctx, server.endpoints["nfp"], b"admin")
+    shutdown = json.dumps({"task": "shutdown"}).encode()
+    admin.send_multipart(
+        nfp.encode(
+            Post(header=CLIENT, service="mmi.service.broker", target="any", uuid="stop-1", body=(shutdown,))
+        )
+    )
+    answer = _next_nfp(admin)
+    assert isinstance(answer, Response) and answer.status == 200
+    _line(server, "draining:")
+    server.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)  # the gateway reads the signal before the worker answers
+    worker.send_multipart(
+        nfp.encode(Response(header=WORKER, service="slow", uuid=held.uuid, status=200, body=(b"done",)))
+    )
+    reply = dcp.decode(client.recv_multipart())
+    assert reply == DcpReply(client=None, metadata=(b"key-1",), data=(b"done",))
+    assert _wait(server) == 0
+    assert _line(server, "drained in")
+    for sock in (client, worker, admin):
         sock.close()
 
 

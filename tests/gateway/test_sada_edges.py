@@ -462,6 +462,37 @@ def test_server_edge_does_not_reintroduce_sada_services(tmp_path: Path) -> None:
         assert intr.services == (("native", ""),)
 
 
+def test_a_draining_server_edge_withdraws_each_service_once_its_reqs_are_answered(tmp_path: Path) -> None:
+    # A drain refuses new requests: channels are told to send them to other servers.
+    # The service of a REQ still held here stays offered until it is answered, since a
+    # channel may take the REQ back from a server that stops offering its service and
+    # run it again elsewhere (nfgate's own channel does).
+    with served_channel(tmp_path) as (gw, channel):
+        upper = dcp_worker(gw, b"upper")
+        dcp_worker(gw, b"lower")
+        for _ in range(10):  # INTRs until one lists both (one per change of the set)
+            if channel.intr_with("upper").services == (("lower", ""), ("upper", "")):
+                break
+        else:
+            pytest.fail("no INTR listing both services")
+        channel.send(Req(request_id="held", service="upper", category="c", action="a", payload=b"abc"))
+        request = dcp.decode(recv(upper))
+        assert isinstance(request, DcpRequest)
+        gw.gateway.stop()  # as SIGTERM: drains (drain_ms 5000 by default)
+        gw._waker.send(b"x")
+        assert channel.get() == Intr(services=(("upper", ""),))
+        until(lambda: gw.gateway.snapshot.get("core", {}).get("draining") == 1)
+        channel.send(Req(request_id="late", service="lower", category="c", action="a", payload=b"x"))
+        assert channel.get() == Rep(request_id="late", status=503, payload=b"")  # no re-INTR: nothing changed
+        upper.send_multipart(
+            dcp.encode(DcpReply(client=request.client, metadata=request.metadata, data=(b"ABC",)))
+        )
+        assert channel.get() == Rep(request_id="held", status=200, payload=b"ABC")
+        assert channel.get() == Intr(services=())  # after the REP, not before
+        gw.thread.join(timeout=10)  # nothing left at a worker: the drain is over
+        assert not gw.thread.is_alive()
+
+
 def test_public_endpoint_names_the_channel(tmp_path: Path) -> None:
     gw = start_gateway(tmp_path, SLOW + 'public_endpoint = "tcp://localhost:*"\n')
     try:

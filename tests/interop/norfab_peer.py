@@ -96,7 +96,7 @@ def _make_worker(args: argparse.Namespace, exit_event: threading.Event) -> Any:
     os.makedirs(marker_dir, exist_ok=True)
 
     class InteropWorker(NFPWorker):
-        """A plain NFPWorker with two tasks (declared with NorFab's ``@Task``)."""
+        """A plain NFPWorker with its tasks (declared with NorFab's ``@Task``)."""
 
         @Task(fastapi=False, mcp=False)
         def echo(self, job: Job, **kwargs: Any) -> Result:
@@ -111,6 +111,19 @@ def _make_worker(args: argparse.Namespace, exit_event: threading.Event) -> Any:
                 f.write(f"{time.time()}\n")
             time.sleep(float(seconds))
             return Result(result={"worker": self.name, "seconds": seconds, "kwargs": kwargs})
+
+        @Task(fastapi=False, mcp=False)
+        def chain(self, job: Job, seconds: float = 2, then: str = "lookup") -> Result:
+            """Mark the start, sleep, then ask service ``then`` (task echo) through the
+            worker's own NFPClient (``<name>-NFPClient``), as NorFab's workers ask each
+            other (nornir asking netbox, fetch_file); return what it answered."""
+            marker = os.path.join(marker_dir, f"{self.name}.{job.juuid}.started")
+            with open(marker, "w", encoding="utf-8") as f:
+                f.write(f"{time.time()}\n")
+            time.sleep(float(seconds))
+            kwargs = {"asked_by": self.name}
+            sub = self.client.run_job(service=then, task="echo", workers="any", kwargs=kwargs, timeout=15)
+            return Result(result={"worker": self.name, "sub": sub})
 
         @Task(fastapi=False, mcp=False)
         def ask(self, job: Job, question: str = "go on?", delay: float = 0, wait: int = 20) -> Result:

@@ -454,17 +454,28 @@ def test_gateway_killed_mid_job_the_norfab_client_still_gets_its_result(interop_
 @pytest.mark.interop
 @pytest.mark.timeout(90)
 def test_sigterm_mid_job_drains_and_the_norfab_client_gets_its_result(interop_dir: Path) -> None:
-    """SIGTERM to nfgate while a NorFab worker runs a 2 s job: the gateway drains (new
-    requests refused, the one at the worker waited for), NorFab's client gets the result
-    relayed during the drain, and only then does nfgate exit 0."""
+    """SIGTERM to nfgate while a NorFab worker runs a 2 s job that then asks another
+    service through the worker's own client: the gateway drains (new requests refused,
+    the job at the worker waited for), the worker's own request is still served, NorFab's
+    client gets the whole result relayed during the drain, and then nfgate exits 0."""
     if broker_kind() != "nfgate":
         pytest.skip("the drain is nfgate's; NorFab's broker stops at once")
     args = [*random_bind_args(), "--data-dir", str(interop_dir / "nfgate-data")]
     gateway = start_nfgate(interop_dir, args, "nfgate-drain")
     peers = Peers(gateway, interop_dir)
     try:
-        peers.start_worker("w1", service="echo")
-        run, _ = _slow_job_running(peers, "c-drain", "drain", seconds=2, timeout=30)
+        peers.start_worker("w1", service="chain")
+        peers.start_worker("w2", service="lookup")
+        run = peers.start_client(
+            "c-drain",
+            service="chain",
+            task="chain",
+            workers="any",
+            kwargs={"seconds": 2, "then": "lookup"},
+            timeout=30,
+            wait_workers=["w1", "w2"],
+        )
+        assert _wait_for_marker(peers.marker_dir, timeout=20) is not None, peers.logs()
         gateway.proc.send_signal(signal.SIGTERM)
         try:
             status: int | None = gateway.proc.wait(timeout=15)
@@ -473,11 +484,12 @@ def test_sigterm_mid_job_drains_and_the_norfab_client_gets_its_result(interop_di
         answer = peers.finish(run, timeout=30)
         log = gateway.stderr_path.read_text(encoding="utf-8", errors="replace")
         logs = f"client answer: {answer!r}\nnfgate exit {status}:\n{log}\n{peers.logs()}"
-        _assert_ok(
-            _entry(answer.get("job"), "w1", logs),
-            {"worker": "w1", "seconds": 2, "kwargs": {"tag": "drain"}},
-            logs,
-        )
+        entry = _entry(answer.get("job"), "w1", logs)
+        assert entry.get("failed") is False, logs
+        result = entry.get("result")
+        assert isinstance(result, dict) and result.get("worker") == "w1", logs
+        # Refused as a new client request, the worker's own request would be None here.
+        _assert_ok(_entry(result.get("sub"), "w2", logs), {"asked_by": "w1"}, logs)
         assert status == 0, logs
         assert "for 1 request(s) at workers" in log and "drained in" in log, logs
     finally:
