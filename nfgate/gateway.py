@@ -155,6 +155,10 @@ class Gateway:
         # Counters as of the last publish, for other threads (metrics): swapped, never mutated.
         self.snapshot: dict[str, dict[str, int]] = {}
         self._published: int | None = None
+        # What the broker's health probes read (another thread): "starting" until run(),
+        # "running", "draining" from the start of a drain, "stopped" once run() returned.
+        self.state = "starting"
+        self.published_at = 0.0  # time.monotonic() of the last publish: the loop is alive
         # More sections for stats() (the capture's counters), read at each publish.
         self.extra_stats: dict[str, Callable[[], dict[str, int]]] = {}
         self.iterations = 0
@@ -200,6 +204,7 @@ class Gateway:
         return False
 
     def _begin_drain(self, now: int) -> None:
+        self.state = "draining"
         self.router.close_admission()
         self._drain_until = now + self._drain_ms
         self._published = None  # the metrics' draining gauge, at the end of the next iteration
@@ -246,6 +251,7 @@ class Gateway:
         """Loop until :meth:`stop`; then every edge drains (says goodbye to its peers)."""
         root = logging.getLogger("nfgate")
         root.addHandler(self.logs)
+        self.state, self.published_at = "running", time.monotonic()
         try:
             while not self._should_return():
                 self.step()
@@ -253,6 +259,7 @@ class Gateway:
             for edge in self.edges.values():
                 edge.drain(now)
         finally:
+            self.state = "stopped"
             root.removeHandler(self.logs)
 
     def step(self, max_wait_ms: int = MAX_SLEEP_MS) -> None:
@@ -295,6 +302,7 @@ class Gateway:
             log.info("%s", _describe(changes.popleft()))
         if self._published is None or now - self._published >= PUBLISH_MS:
             self.snapshot, self._published = self.stats(), now
+            self.published_at = time.monotonic()
         self.iterations += 1
 
     # ----------------------------------------------------------------- plumbing

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from nfgate.errors import ConfigError, TransportError
 
-__all__ = ["EDGE_GAUGES", "GAUGES", "MetricsServer", "parse_url", "render"]
+__all__ = ["EDGE_GAUGES", "GAUGES", "MetricsServer", "Probe", "parse_url", "render"]
 
 log = logging.getLogger("nfgate.metrics")
 
@@ -144,24 +144,36 @@ def parse_url(url: str) -> tuple[str, int]:
     return parts.hostname, port
 
 
+Probe = Callable[[], tuple[int, str]]
+"""A health probe: (HTTP status, one line saying why)."""
+
+
 class MetricsServer:
-    """``GET /metrics`` on a daemon thread, rendering ``page()`` per scrape.
+    """``GET /metrics`` on a daemon thread, rendering ``page()`` per scrape, and each of
+    ``probes`` (path -> :data:`Probe`, e.g. ``/healthz``) as a status and a line of text.
 
     Raises:
         TransportError: the address cannot be bound (in use, not local).
     """
 
-    def __init__(self, url: str, page: Callable[[], str]) -> None:
+    def __init__(self, url: str, page: Callable[[], str], probes: Mapping[str, Probe] | None = None) -> None:
         host, port = parse_url(url)
+        checks = dict(probes or {})
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path.split("?", 1)[0] not in ("/metrics", "/"):
-                    self.send_error(404, "only /metrics is served here")
-                    return
-                body = page().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
+                path = self.path.split("?", 1)[0]
+                if path in checks:
+                    status, text = checks[path]()
+                    self._send(status, "text/plain; charset=utf-8", (text + "\n").encode())
+                elif path in ("/metrics", "/"):
+                    self._send(200, CONTENT_TYPE, page().encode())
+                else:
+                    self.send_error(404, f"only /metrics{''.join(', ' + p for p in checks)} are served here")
+
+            def _send(self, status: int, content_type: str, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

@@ -34,6 +34,8 @@ __all__ = ["build", "serve"]
 
 log = logging.getLogger("nfgate")
 
+STALLED_S = 10.0  # /healthz fails when the loop has not published its counters for this long
+
 
 def _raise_fd_limit() -> None:
     # Every connected peer is a file descriptor; 1,000 workers exceed the usual soft 1024.
@@ -220,7 +222,10 @@ def serve(
 
 
 def _metrics(holder: list[Gateway], url: str) -> MetricsServer:
-    """The metrics endpoint, serving whichever gateway ``holder`` holds once it is built."""
+    """The metrics endpoint, serving whichever gateway ``holder`` holds once it is built,
+    and its health probes (docs/broker.md, Metrics): ``/healthz`` 503 when the loop has
+    not come round for ``STALLED_S``; ``/readyz`` 200 only while it runs, not starting,
+    draining or stopped (a load balancer takes a draining gateway out of rotation)."""
     started = time.monotonic()
 
     def page() -> str:
@@ -230,7 +235,21 @@ def _metrics(holder: list[Gateway], url: str) -> MetricsServer:
         protocols = {name: edge.protocol for name, edge in gateway.edges.items()}
         return render(gateway.snapshot, protocols, time.monotonic() - started)
 
-    return MetricsServer(url, page)
+    def alive() -> tuple[int, str]:
+        state = holder[0].state if holder else "starting"
+        if state not in ("running", "draining"):
+            return 200, state
+        # An idle loop still comes round every second (gateway.MAX_SLEEP_MS) and publishes.
+        quiet = time.monotonic() - holder[0].published_at
+        if quiet > STALLED_S:
+            return 503, f"the loop has not come round for {quiet:.0f} s"
+        return 200, "ok" if state == "running" else state
+
+    def ready() -> tuple[int, str]:
+        state = holder[0].state if holder else "starting"
+        return (200, "ready") if state == "running" else (503, state)
+
+    return MetricsServer(url, page, {"/healthz": alive, "/readyz": ready})
 
 
 def _summary(gateway: Gateway) -> str:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import time
+import types
+import urllib.error
+import urllib.request
+
 import pytest
 
 from nfgate.config import load
 from nfgate.errors import ConfigError
 from nfgate.metrics import parse_url, render
+from nfgate.serve import _metrics
 
 
 def test_counters_gauges_and_edge_events_render_as_prometheus_text() -> None:
@@ -94,3 +100,28 @@ def test_traffic_families_each_come_as_one_group() -> None:
         assert samples == list(range(at + 1, at + 5)), family
     assert 'nfgate_edge_messages_total{edge="dcp",protocol="dcp",direction="in"} 5' in lines
     assert 'nfgate_edge_message_failures_total{edge="nfp",protocol="nfp",direction="in"} 1' in lines
+
+
+@pytest.mark.timeout(30)
+def test_health_probes_say_starting_running_and_a_stalled_loop() -> None:
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(server.url.replace("/metrics", path), timeout=5) as response:
+                return response.status, response.read().decode().strip()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode().strip()
+
+    holder: list[object] = []  # the gateway, once built (a stand-in here: what the probes read)
+    server = _metrics(holder, "http://127.0.0.1:0")  # type: ignore[arg-type]
+    try:
+        assert get("/healthz") == (200, "starting") and get("/readyz") == (503, "starting")
+        gateway = types.SimpleNamespace(state="running", published_at=time.monotonic(), snapshot={}, edges={})
+        holder.append(gateway)
+        assert get("/healthz") == (200, "ok") and get("/readyz") == (200, "ready")
+        gateway.published_at -= 60  # the loop stuck (a bug, a disk that does not answer)
+        status, text = get("/healthz")
+        assert status == 503 and "has not come round for 60 s" in text
+        gateway.state = "stopped"
+        assert get("/readyz") == (503, "stopped")
+    finally:
+        server.close()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import signal
 import time
+import urllib.error
+import urllib.request
 import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,6 +83,16 @@ def _line(server: Server, needle: str) -> str:
     return next(line for line in server.lines if needle in line)
 
 
+def _probe(server: Server, path: str) -> tuple[int, str]:
+    """GET a health probe of the metrics endpoint: (status, text)."""
+    url = next(line.split("metrics on ", 1)[1].strip() for line in server.lines if "metrics on " in line)
+    try:
+        with urllib.request.urlopen(url.replace("/metrics", path), timeout=5) as response:
+            return response.status, response.read().decode().strip()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode().strip()
+
+
 def _wait(server: Server) -> int:
     try:
         return server.proc.wait(timeout=EXIT_S)
@@ -94,8 +106,12 @@ def test_a_stop_refuses_new_requests_and_waits_for_the_one_at_a_worker(
 ) -> None:
     server = _serve(tmp_path)  # the default drain: 5 s
     client, worker, held = _hold_one(ctx, server)
+    assert _probe(server, "/readyz") == (200, "ready")
     server.proc.send_signal(signal.SIGTERM)
     assert "waiting up to 5000 ms for 1 request(s) at workers" in _line(server, "draining:")
+    # A load balancer's readiness check takes it out of rotation; it is alive all the same.
+    assert _probe(server, "/readyz") == (503, "draining")
+    assert _probe(server, "/healthz") == (200, "draining")
 
     # A request that comes now is refused with the client protocol's error (NFP spec:
     # 500, its status list has no 503), not taken and then lost at the exit.
