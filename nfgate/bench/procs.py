@@ -99,9 +99,15 @@ class Child:
         return (": " + " | ".join(self.stderr_tail[-3:])) if self.stderr_tail else ""
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after a grace period; idempotent."""
+        """SIGTERM; another after a second (``nfgate serve`` drains on the first and
+        stops on the second: a measurement does not wait for requests its clients
+        gave up on); SIGKILL after a grace period. Idempotent."""
         if self.proc.poll() is None:
             self.proc.terminate()
+            try:
+                self.proc.wait(1)
+            except subprocess.TimeoutExpired:
+                self.proc.terminate()
             try:
                 self.proc.wait(STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
