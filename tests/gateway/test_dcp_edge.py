@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-import nfgate.edges
+import nfgate.edges.base
 from nfgate.codecs import dcp
 from nfgate.codecs.dcp.messages import Ping, Pong, Reconnect, Registration, Reply, Request
 
@@ -268,7 +268,7 @@ def test_garbage_is_warned_about_once_a_minute_with_the_count_since(
     # An operator at INFO learns that a peer speaks something else, without a log line
     # per message (a hostile peer would flood the log).
     clock = [1000.0]
-    monkeypatch.setattr(nfgate.edges, "_clock", lambda: clock[0])
+    monkeypatch.setattr(nfgate.edges.base, "_clock", lambda: clock[0])
     w = worker(gw, b"echo")
     client = gw.dealer("dcp")
     bad = gw.dealer("dcp")
