@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -188,6 +190,8 @@ def bench(
     def progress(line: str) -> None:
         click.echo(line, err=True)
 
+    # SIGTERM unwinds as Ctrl-C does: every child stopped, every temporary data dir removed.
+    signal.signal(signal.SIGTERM, _terminated)
     objects: list[dict[str, Any]] = []
     lines: list[str] = []
     try:
@@ -220,3 +224,10 @@ def bench(
             out.write_text("".join(f"{line}\n" for line in lines))
         except OSError as exc:
             raise click.ClickException(f"cannot write {out}: {exc.strerror}") from None
+    # The JSON is out (it says what happened); the exit status says the run is not valid.
+    if wrong := runner.invalid(objects):
+        raise click.ClickException("wrong answers, so no valid figures: " + "; ".join(wrong))
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)

@@ -41,6 +41,7 @@ from nfgate.bench.runner import (
     _python_module,
     _workers,
     all_rounds,
+    median_round,
 )
 
 __all__ = ["BASELINE", "CROSS_PATHS", "PATHS", "TARGET", "Path", "cross", "start_gateway"]
@@ -127,8 +128,7 @@ def _mode_object(
 ) -> dict[str, Any]:
     figures: dict[str, dict[str, Any]] = {}
     for name in names:
-        runs = sorted((r[name] for r in per_round), key=lambda f: float(f["req_per_s"]))
-        figures[name] = dict(runs[len(runs) // 2])
+        figures[name] = dict(median_round(r[name] for r in per_round))
     round_ratios = [
         {name: _ratio(r[name], r[BASELINE]) for name in names if name != BASELINE} for r in per_round
     ]

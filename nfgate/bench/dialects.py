@@ -126,6 +126,8 @@ class Dialect:
         self.worker_heartbeat: list[bytes] | None = None
         self.heartbeat_always = False  # NorFab: only KEEPALIVE refreshes a worker's hold time
         self.wrap_reply = False
+        # NFP (both dialects): every request's final reply follows its own 202.
+        self.acknowledged = name in ("nfp", "norfab")
         if name == "raw":
             self._prefix = [b"", svc]
             self.parse: Callable[[list[bytes]], Parsed] = _parse_raw

@@ -11,7 +11,9 @@ only to registered workers).
 loop, each keeping W requests outstanding, and prints one JSON object: requests done in
 the measured window (warm-up excluded), req/s, p50/p99 latency, the broker's CPU and
 RSS over that window (psutil on ``--broker-pid``), and correctness counts (every reply
-is checked against the body sent: ``mismatches``, ``errors``, ``unanswered``).
+is checked against the body sent: ``mismatches``, ``errors``, ``unanswered``, and in
+the NFP dialects ``unacknowledged``, a final reply with no 202 before it); only right
+answers count as requests done.
 
 Every loop here is bounded in time. Frames go frame by frame with int flags, as
 nfgate's transport does, so the generator spends as little as it can per message.
@@ -242,7 +244,12 @@ def _drive(
         send_frames(socks[i], request(key, body))
         outstanding[i][key] = (clock_ns(), body)
 
-    counts = dict.fromkeys(("sent", "done", "errors", "mismatches", "unknown", "interim"), 0)
+    counts = dict.fromkeys(
+        ("sent", "done", "errors", "mismatches", "unknown", "interim", "unacknowledged"), 0
+    )
+    # Keys whose 202 came (NFP: the final reply must follow its request's own 202).
+    acked: set[bytes] = set()
+    wants_ack = dialect.acknowledged
     latencies: list[int] = []
     start = clock()
     measure_at, end_at = start + warmup, start + warmup + duration
@@ -284,20 +291,26 @@ def _drive(
                     break
                 kind, key, ok, body = parse(frames)
                 if kind != FINAL:
-                    counts["interim"] += kind == INTERIM
+                    if kind == INTERIM:
+                        counts["interim"] += 1
+                        if wants_ack and key in mine:
+                            acked.add(key)
                     continue
                 entry = mine.pop(key, None)
                 if entry is None:
                     counts["unknown"] += 1
                     continue
                 counts["done"] += 1
-                if not ok:
+                if wants_ack and key not in acked:
+                    counts["unacknowledged"] += 1
+                elif not ok:
                     counts["errors"] += 1
                 elif not matches(body, entry[1]):
                     counts["mismatches"] += 1
-                if measuring:
+                elif measuring:  # only a right answer counts as throughput
                     measured += 1
                     latencies.append(clock_ns() - entry[0])
+                acked.discard(key)
                 if sending:
                     fire(i)
     counts["sent"] = sum(seq)

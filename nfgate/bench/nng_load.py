@@ -182,7 +182,9 @@ def _drive(lanes: _Lanes, warmup: float, duration: float, size: int, proc: Any) 
     started = [0] * count
     seq = [0] * count
     base = (os.getpid() & 0xFFFF) << 12
-    counts = dict.fromkeys(("sent", "done", "errors", "mismatches", "unknown", "interim"), 0)
+    counts = dict.fromkeys(
+        ("sent", "done", "errors", "mismatches", "unknown", "interim", "unacknowledged"), 0
+    )
     latencies: list[int] = []
 
     def fire(lane: int) -> None:
@@ -255,7 +257,7 @@ def _drive(lanes: _Lanes, warmup: float, duration: float, size: int, proc: Any) 
                     counts["errors"] += 1
                 elif data[cut:] != bodies[lane]:
                     counts["mismatches"] += 1
-                if measuring:
+                elif measuring:  # only a right answer counts as throughput
                     measured += 1
                     latencies.append(clock_ns() - started[lane])
             if sending:

@@ -23,6 +23,7 @@ request), the same in every run.
 from __future__ import annotations
 
 import gc
+import statistics
 import sys
 import tempfile
 import time
@@ -216,7 +217,7 @@ def measure(
         calls = p.calls(400, size)
     return {
         "us_per_request": round(runs[0] * 1e6, 2),
-        "us_per_request_median": round(runs[len(runs) // 2] * 1e6, 2),
+        "us_per_request_median": round(statistics.median(runs) * 1e6, 2),
         "python_calls_per_request": round(calls, 1),
     }
 

@@ -17,9 +17,10 @@ only parses options and prints what these return.
 from __future__ import annotations
 
 import json
+import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,9 @@ __all__ = ["BROKERS", "DEFAULT_BROKERS", "DIALECT_OF", "BenchError", "Settings",
 
 DIALECT_OF = {
     "raw": "raw",
+    # The raw relay with nfgate's own I/O calls (nfgate.bench.relay --fast): a tuned
+    # ceiling beside the plain one the issue names; not in the default run.
+    "raw-fast": "raw",
     "lean-dcp": "dcp",
     "nfgate-nfp": "nfp",
     "nfgate-norfab": "norfab",
@@ -49,7 +53,7 @@ DIALECT_OF = {
 }
 BROKERS = tuple(DIALECT_OF)
 # The variants run only when named in --brokers.
-DEFAULT_BROKERS = tuple(name for name in BROKERS if not name.endswith(("-nofsync", "-capture")))
+DEFAULT_BROKERS = tuple(name for name in BROKERS if not name.endswith(("-nofsync", "-capture", "-fast")))
 NO_FSYNC = "[gateway]\nfsync = false\n"
 START_TIMEOUT_S = 30.0
 SETTLE_S = 0.3  # after the workers said ready: their READYs are in the broker's queue by then
@@ -82,6 +86,7 @@ def start_broker(name: str, kids: list[Child], workdir: str, extra_toml: str = "
     # The reference brokers each print "... listening on URL" on stderr.
     reference = {
         "raw": ("raw relay", _python_module("nfgate.bench.relay")),
+        "raw-fast": ("raw relay", _python_module("nfgate.bench.relay", "--fast")),
         "lean-dcp": ("lean DCP relay", _python_module("nfgate.bench.lean")),
         "norfab": ("norfab broker", _python_module("nfgate.bench.norfab_broker", "--base-dir", workdir)),
     }
@@ -194,7 +199,7 @@ def _ratios(figures: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     ratios: dict[str, float | None] = {}
     for name in figures:
         if name.startswith("nfgate-"):
-            for base in ("raw", "norfab"):
+            for base in ("raw", "raw-fast", "norfab"):
                 if base in figures:
                     ratios[f"{name}/{base}"] = _ratio(figures[name], figures[base])
     if "norfab" in figures and "raw" in figures:
@@ -205,6 +210,8 @@ def _ratios(figures: dict[str, dict[str, Any]]) -> dict[str, float | None]:
         ratios["nfgate-dcp/lean-dcp"] = _ratio(figures["nfgate-dcp"], figures["lean-dcp"])
     if "lean-dcp" in figures and "raw" in figures:
         ratios["lean-dcp/raw"] = _ratio(figures["lean-dcp"], figures["raw"])
+    if "raw-fast" in figures and "raw" in figures:
+        ratios["raw-fast/raw"] = _ratio(figures["raw-fast"], figures["raw"])
     # A variant against the broker it varies: what capturing (or not fsyncing) costs.
     for name in figures:
         plain = name.rsplit("-", 1)[0]
@@ -214,12 +221,36 @@ def _ratios(figures: dict[str, dict[str, Any]]) -> dict[str, float | None]:
 
 
 def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
+    """The median, to 3 places: of an even count, the mean of the middle two (not the
+    upper one, which would report the better of two rounds)."""
+    return round(statistics.median(values), 3)
+
+
+def median_round(runs: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """One broker's figures over the rounds: its median round by req/s; of two middle
+    rounds, the slower, so that no figure is better than the median."""
+    ordered = sorted(runs, key=lambda f: float(f["req_per_s"]))
+    return ordered[(len(ordered) - 1) // 2]
 
 
 # Correctness counts of a run (bench/load.py): every one must be 0 in every round.
-CHECKS = ("mismatches", "errors", "unknown", "unanswered")
+CHECKS = ("mismatches", "errors", "unknown", "unanswered", "unacknowledged")
+
+
+def invalid(objects: Sequence[dict[str, Any]]) -> list[str]:
+    """What the brokers got wrong in a run, one phrase per scenario, mode and broker: a
+    count of :data:`CHECKS` in any round (``all_rounds``), or a churn client that failed.
+    A broker with any has no valid figures, however fast it was."""
+    found = []
+    for obj in objects:
+        where = " ".join(str(obj[k]) for k in ("scenario", "mode") if k in obj)
+        for name, counts in obj.get("all_rounds", {}).items():
+            if bad := ", ".join(f"{v} {k}" for k, v in counts.items() if v):
+                found.append(f"{where}: {name}: {bad}")
+        for name, fig in obj.get("brokers", {}).items():
+            if isinstance(fig, dict) and fig.get("failed"):
+                found.append(f"{where}: {name}: {fig['failed']} failed")
+    return found
 
 
 def all_rounds(names: Sequence[str], per_round: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, int]]:
@@ -235,7 +266,8 @@ def relay(
     the ratios ``<nfgate variant>/raw``, ``<nfgate variant>/norfab``, ``norfab/raw``,
     ``nfgate-dcp/lean-dcp`` and ``lean-dcp/raw`` (req/s; each where both were measured). With ``s.repeat`` rounds, every broker is measured once per round (round
     robin, so slow drift of a shared machine hits them alike); each broker's figures are
-    its median round by req/s, each ratio is the median of the same-round ratios,
+    its median round by req/s (of two, the slower), each ratio is the median of the
+    same-round ratios,
     ``all_rounds`` sums the correctness counts over every round and ``rounds`` lists
     every round's req/s and ratios. Raises :class:`BenchError`."""
     rounds: list[dict[str, dict[str, dict[str, Any]]]] = []
@@ -250,8 +282,7 @@ def relay(
         per_round = [{name: results[name][mode] for name in brokers} for results in rounds]
         figures = {}
         for name in brokers:
-            runs = sorted((f[name] for f in per_round), key=lambda f: float(f["req_per_s"]))
-            figures[name] = runs[len(runs) // 2]
+            figures[name] = median_round(f[name] for f in per_round)
         round_ratios = [_ratios(f) for f in per_round]
         ratios = {
             key: _median([r[key] for r in round_ratios if r[key] is not None])  # type: ignore[misc]

@@ -47,6 +47,7 @@ def test_tiny_relay_run_echoes_every_request(tmp_path: Path) -> None:
             assert figures["errors"] == 0, where
             assert figures["unknown"] == 0, where
             assert figures["unanswered"] == 0, where
+            assert figures["unacknowledged"] == 0, where
             assert figures["done"] == figures["sent"], where
             assert figures["cpu_us_per_req"] > 0, where
             assert figures["broker_rss_bytes"] > 0, where
@@ -64,7 +65,8 @@ def test_tiny_relay_run_echoes_every_request(tmp_path: Path) -> None:
         assert all(set(r["req_per_s"]) == set(BROKERS) for r in obj["rounds"])
         # Both rounds, not only the median one the figures above come from.
         assert obj["all_rounds"] == {
-            name: dict.fromkeys(("mismatches", "errors", "unknown", "unanswered"), 0) for name in BROKERS
+            name: dict.fromkeys(("mismatches", "errors", "unknown", "unanswered", "unacknowledged"), 0)
+            for name in BROKERS
         }
     # The NFP job flow: every request got its 202 before its result.
     sync = objects[0]["brokers"]["nfgate-nfp"]

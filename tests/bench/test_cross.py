@@ -47,6 +47,7 @@ def test_tiny_cross_run_echoes_every_request_on_every_path(tmp_path: Path) -> No
             assert figures["errors"] == 0, where
             assert figures["unknown"] == 0, where
             assert figures["unanswered"] == 0, where
+            assert figures["unacknowledged"] == 0, where
             assert figures["done"] == figures["sent"], where
             assert figures["cpu_us_per_req"] > 0, where
             assert figures["broker_rss_bytes"] > 0, where
@@ -55,7 +56,7 @@ def test_tiny_cross_run_echoes_every_request_on_every_path(tmp_path: Path) -> No
         assert set(obj["target_met"]) == set(CROSS_PATHS)
         assert len(obj["rounds"]) == 1
         assert obj["all_rounds"] == {
-            name: dict.fromkeys(("mismatches", "errors", "unknown", "unanswered"), 0)
+            name: dict.fromkeys(("mismatches", "errors", "unknown", "unanswered", "unacknowledged"), 0)
             for name in (BASELINE, *CROSS_PATHS)
         }
 
