@@ -102,7 +102,7 @@ class SadaServerEdge(Edge, Decoding):
             # Dial the spec form, so a bare ip:port in the config works too.
             self._channels.setdefault(identity, _Channel(identity.decode(), identity, forced))
         self._services: tuple[tuple[str, str], ...] = ()
-        self._withdrawn = False  # the gateway drains: offer nothing (closing())
+        self._withdrawn = False  # the gateway drains: offer each channel only what it left here (closing())
         self._next_refresh = 0
         self._wire = WireCache()
         # Bound only to a private inproc name: RouterEndpoint binds, and nobody dials it.
@@ -251,7 +251,6 @@ class SadaServerEdge(Edge, Decoding):
             case Action.PONG, _:
                 self._send_message(channel, Pong(proto=channel.proto))
             case Action.REQUEST, Req():
-                channel.held[message.request_id] = message.service
                 out.append(
                     Request(
                         service=self._wire.ref(message.service, message.version),
@@ -263,6 +262,7 @@ class SadaServerEdge(Edge, Decoding):
                         acknowledge=False,  # SADA has no acknowledgement: the REP is the only answer
                     )
                 )
+                channel.held[message.request_id] = message.service  # until its REP (_deliver)
             case _:
                 self.bad_input(self.peer(channel.identity), "unexpected", f"{message.TYPE} from a channel")
 
