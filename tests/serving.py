@@ -51,6 +51,11 @@ def start(*args: str, expect_ready: bool = True) -> Server:
     return Server(proc, endpoints, lines)
 
 
+def metrics_url(server: Server) -> str:
+    """The metrics endpoint's URL, from the ``metrics on URL`` line of the log."""
+    return next(line.split("metrics on ", 1)[1].strip() for line in server.lines if "metrics on " in line)
+
+
 def _drain(proc: subprocess.Popen[str], lines: list[str]) -> None:
     assert proc.stderr is not None
     for line in proc.stderr:

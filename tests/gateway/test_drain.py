@@ -22,7 +22,7 @@ from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Disconnect, Keepalive, Post, Ready, Response
 from nfgate.model import Status
 from tests.ports import random_bind_args
-from tests.serving import Server, start
+from tests.serving import Server, metrics_url, start
 
 from .conftest import until
 
@@ -85,7 +85,7 @@ def _line(server: Server, needle: str) -> str:
 
 def _probe(server: Server, path: str) -> tuple[int, str]:
     """GET a health probe of the metrics endpoint: (status, text)."""
-    url = next(line.split("metrics on ", 1)[1].strip() for line in server.lines if "metrics on " in line)
+    url = metrics_url(server)
     try:
         with urllib.request.urlopen(url.replace("/metrics", path), timeout=5) as response:
             return response.status, response.read().decode().strip()

@@ -26,7 +26,7 @@ from nfgate.codecs.nfp.messages import CLIENT, WORKER, Disconnect, Get, Keepaliv
 from nfgate.edges.kinds import KINDS
 from nfgate.store import JobRecord, JobStore
 from tests.ports import random_bind_args, random_binds
-from tests.serving import LISTEN, Server, start, stop
+from tests.serving import LISTEN, Server, metrics_url, start, stop
 
 from .conftest import until
 
@@ -358,7 +358,7 @@ def test_metrics_endpoint_counts_what_the_gateway_did(
 ) -> None:
     server = start("--data-dir", str(tmp_path), *RANDOM)
     try:
-        url = next(line.split("metrics on ", 1)[1].strip() for line in server.lines if "metrics on " in line)
+        url = metrics_url(server)
         client = ctx.socket(zmq.DEALER)
         client.setsockopt(zmq.LINGER, 0)
         client.connect(server.endpoints["nfp"])
