@@ -18,25 +18,34 @@ Tasks mirror NorFab's FileSharing worker (``norfab/workers/filesharing_worker``)
 
 Refused with 400 and the reason: anything but ``nf://``, NUL bytes, absolute paths
 (``nf:///etc/passwd``, ``nf://C:/x``), ``..`` components, paths that resolve outside
-the root through a symlink, and non-regular files (a FIFO would block the broker).
+the root through a symlink, paths longer than :data:`MAX_PATH` characters or with a
+component over :data:`MAX_NAME`, and non-regular files (a FIFO would block the broker).
 NorFab strips leading slashes instead; refusing says plainly that the URL was wrong.
 Missing: 404. Other OS errors (permissions): 500.
 
-Only the filesystem is touched, and only below the root. ``file_details`` hashes on the
-gateway's loop, so a URL listed twice is hashed once and a file's digests are kept
-(:data:`MAX_DIGESTS` files) while its inode, size and mtime stay the same.
+Only the filesystem is touched, and only below the root. A path is checked once
+resolved, then opened one component at a time from the root without following a
+symlink (:func:`_open_beneath`), so a directory swapped for a symlink between the check
+and the open is refused, not followed out of the root. Everything runs on the gateway's
+loop, so every task is bounded: the path's length (resolving a path costs time in the
+square of its components), the entries listed, the bytes read per chunk, and the bytes
+``file_details`` hashes for one request (:data:`MAX_HASHED`; a file past what is left
+of it is answered with ``"md5hash": null`` and the reason). A URL listed twice is
+hashed once and a file's digests are kept (:data:`MAX_DIGESTS` files) while its inode,
+size and mtime stay the same.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import hashlib
 import io
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -52,12 +61,21 @@ DEFAULT_CHUNK: Final = 256_000  # NorFab's default chunk_size
 MAX_CHUNK: Final = 1024 * 1024  # one reply stays well under the transports' message limit
 MAX_ENTRIES: Final = 10_000  # list_files/walk/file_details answers are bounded too
 MAX_DIGESTS: Final = 4096  # files whose digests are remembered (by inode, size, mtime)
+# Bytes one file_details request may hash: md5 and sha256 together read about 600 MB/s
+# here, so this holds the loop (every other peer) for a few tenths of a second at most.
+MAX_HASHED: Final = 256 * 1024 * 1024
+# Linux's PATH_MAX and NAME_MAX. os.path.realpath takes time in the square of a path's
+# components: a URL of 400,000 "a/" held the loop for 10 s before this bound.
+MAX_PATH: Final = 4096
+MAX_NAME: Final = 255
 
 _DIGESTS: dict[tuple[int, int, int, int], tuple[str, str]] = {}
 
 _SCHEME: Final = "nf://"
 _DRIVE: Final = re.compile(r"[A-Za-z]:")
-_OPEN_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+_OPEN_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | _NOFOLLOW
+_DIR_FLAGS: Final = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW
 
 
 def _root_dir(value: str | os.PathLike[str]) -> Path:
@@ -103,6 +121,11 @@ class FileRoot:
         parts = rel.split("/")
         if ".." in parts:
             raise RequestError(Status.UNKNOWN, f"{url!r}: '..' path components are not allowed")
+        if len(rel) > MAX_PATH or any(len(p.encode("utf-8", "surrogatepass")) > MAX_NAME for p in parts):
+            raise RequestError(
+                Status.UNKNOWN,
+                f"{url[:200]!r}: path too long (at most {MAX_PATH} characters, {MAX_NAME} bytes a name)",
+            )
         root = str(self.path)
         real = os.path.realpath(os.path.join(root, *(p for p in parts if p not in ("", "."))))
         if os.path.commonpath([root, real]) != root:
@@ -133,16 +156,16 @@ def handle(task: str, kwargs: Mapping[str, Any], args: Sequence[Any], root: File
 
 def _list_files(task: str, kwargs: Mapping[str, Any], args: Sequence[Any], root: FileRoot) -> tuple[int, Any]:
     url = param(task, kwargs, args, "url", str, position=0)
-    real = _directory(root, url)
     names: list[str] = []
-    try:
-        with os.scandir(real) as entries:
-            for entry in entries:
-                names.append(entry.name)
-                if len(names) > MAX_ENTRIES:
-                    raise RequestError(Status.UNKNOWN, f"'{url}': more than {MAX_ENTRIES} entries")
-    except OSError as exc:
-        raise _os_error(url, exc) from None
+    with _directory(root, url) as (_, fd):
+        try:
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    names.append(entry.name)
+                    if len(names) > MAX_ENTRIES:
+                        raise RequestError(Status.UNKNOWN, f"'{url}': more than {MAX_ENTRIES} entries")
+        except OSError as exc:
+            raise _os_error(url, exc) from None
     return Status.OK, sorted(names)
 
 
@@ -151,15 +174,16 @@ def _file_details(
 ) -> tuple[int, Any]:
     url = param(task, kwargs, args, "url", (str, list), position=0)
     if isinstance(url, str):
-        return Status.OK, _details(root, url)
+        return Status.OK, _details(root, url, _Budget())
     if len(url) > MAX_ENTRIES:
         raise RequestError(Status.UNKNOWN, f"{task}: more than {MAX_ENTRIES} URLs")
     if not all(isinstance(item, str) for item in url):
         raise RequestError(Status.UNKNOWN, f"{task}: 'url' must be a string or a list of strings")
     out: dict[str, Any] = {}
+    budget = _Budget()
     for item in dict.fromkeys(url):  # a URL listed twice is hashed once
         try:
-            out[item] = _details(root, item)
+            out[item] = _details(root, item, budget)
         except RequestError as exc:
             # NorFab's per-URL failure, flattened: the client reads "exists".
             out[item] = {"md5hash": None, "size_bytes": None, "exists": False, "error": exc.message}
@@ -168,26 +192,29 @@ def _file_details(
 
 def _walk(task: str, kwargs: Mapping[str, Any], args: Sequence[Any], root: FileRoot) -> tuple[int, Any]:
     url = param(task, kwargs, args, "url", str, position=0)
-    top = _directory(root, url)
     found: list[str] = []
-    # followlinks=False: a symlinked directory is not entered, so a link cannot lead the
-    # walk out of the root or round in a loop; symlinked files are checked one by one.
-    # Unreadable subdirectories are skipped (os.walk's default), as NorFab's walk does.
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = sorted(
-            d for d in dirnames if not _hidden(d) and not (d.startswith("__") and d.endswith("__"))
-        )
-        for name in filenames:
-            if _hidden(name):
-                continue
-            real = os.path.realpath(os.path.join(dirpath, name))
-            if os.path.commonpath([str(root.path), real]) != str(root.path) or not os.path.isfile(real):
-                continue
-            found.append(root.url_of(os.path.join(dirpath, name)))
-            if len(found) > MAX_ENTRIES:
-                raise RequestError(
-                    Status.UNKNOWN, f"'{url}': more than {MAX_ENTRIES} files; walk a subdirectory"
-                )
+    with _directory(root, url) as (top, fd):
+        # os.fwalk from the descriptor opened beneath the root, not following symlinks:
+        # a symlinked directory is not entered, and a directory swapped for a symlink
+        # mid-walk is not followed (fwalk checks each one it opens), so the walk cannot
+        # leave the root or go round in a loop; symlinked files are checked one by one.
+        # Unreadable subdirectories are skipped (fwalk's default), as NorFab's walk does.
+        for dirpath, dirnames, filenames, _ in os.fwalk(".", dir_fd=fd):
+            dirnames[:] = sorted(
+                d for d in dirnames if not _hidden(d) and not (d.startswith("__") and d.endswith("__"))
+            )
+            for name in filenames:
+                if _hidden(name):
+                    continue
+                path = os.path.normpath(os.path.join(top, dirpath, name))
+                real = os.path.realpath(path)
+                if os.path.commonpath([str(root.path), real]) != str(root.path) or not os.path.isfile(real):
+                    continue
+                found.append(root.url_of(path))
+                if len(found) > MAX_ENTRIES:
+                    raise RequestError(
+                        Status.UNKNOWN, f"'{url}': more than {MAX_ENTRIES} files; walk a subdirectory"
+                    )
     return Status.OK, sorted(found)
 
 
@@ -229,16 +256,36 @@ _TASKS: Final[Mapping[str, _Task]] = {
 # ------------------------------------------------------------------------ helpers
 
 
-def _directory(root: FileRoot, url: str) -> str:
+@contextlib.contextmanager
+def _directory(root: FileRoot, url: str) -> Iterator[tuple[str, int]]:
+    """The directory ``url`` names: its resolved path and a descriptor opened beneath
+    the root (closed on exit). Raises RequestError: 404 missing, 400 not a directory."""
     real = root.resolve(url)
-    if not os.path.exists(real):
-        raise RequestError(Status.NOT_FOUND, f"'{url}': directory not found")
-    if not os.path.isdir(real):
-        raise RequestError(Status.UNKNOWN, f"'{url}': not a directory")
-    return real
+    try:
+        fd = _open_beneath(root, real, _DIR_FLAGS)
+    except NotADirectoryError:
+        kind = "not a directory" if os.path.lexists(real) else "directory not found"
+        raise RequestError(
+            Status.UNKNOWN if os.path.lexists(real) else Status.NOT_FOUND, f"'{url}': {kind}"
+        ) from None
+    except FileNotFoundError:
+        raise RequestError(Status.NOT_FOUND, f"'{url}': directory not found") from None
+    except OSError as exc:
+        raise _os_error(url, exc) from None
+    try:
+        yield real, fd
+    finally:
+        os.close(fd)
 
 
-def _details(root: FileRoot, url: str) -> dict[str, Any]:
+@attrs.define
+class _Budget:
+    """What one file_details request may still hash (:data:`MAX_HASHED`)."""
+
+    left: int = attrs.field(factory=lambda: MAX_HASHED)  # read when made: tests lower it
+
+
+def _details(root: FileRoot, url: str, budget: _Budget) -> dict[str, Any]:
     with _open_regular(root, url) as file:
         info = os.fstat(file.fileno())
         # The loop hashes on its own thread: a file unchanged since it was last hashed
@@ -247,10 +294,22 @@ def _details(root: FileRoot, url: str) -> dict[str, Any]:
         key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
         digests = _DIGESTS.pop(key, None)
         if digests is None:
+            if info.st_size > budget.left:
+                # Not hashed rather than the loop held for seconds: the size still says
+                # what is there, and the client can hash what it fetches.
+                return {
+                    "md5hash": None,
+                    "size_bytes": info.st_size,
+                    "exists": True,
+                    "sha256hash": None,
+                    "modified": info.st_mtime,
+                    "error": f"not hashed: past the {MAX_HASHED} bytes one request may hash on the broker",
+                }
             md5, sha256 = hashlib.md5(usedforsecurity=False), hashlib.sha256()
             while chunk := file.read(65536):
                 md5.update(chunk)
                 sha256.update(chunk)
+            budget.left -= info.st_size
             digests = md5.hexdigest(), sha256.hexdigest()
         _DIGESTS[key] = digests  # most recently used last
         if len(_DIGESTS) > MAX_DIGESTS:
@@ -264,6 +323,45 @@ def _details(root: FileRoot, url: str) -> dict[str, Any]:
     }
 
 
+def _open_beneath(root: FileRoot, real: str, flags: int) -> int:
+    """A descriptor for ``real`` (a path :meth:`FileRoot.resolve` returned), opened one
+    component at a time from the root with ``O_NOFOLLOW``: had a directory on the way
+    become a symlink since the path was resolved, the open fails (ELOOP, ENOTDIR)
+    instead of following it out of the root. (``O_NOFOLLOW`` on the whole path guards
+    only its last component.)
+
+    Raises OSError as ``os.open`` does.
+    """
+    rel = os.path.relpath(real, root.path)
+    parts = [] if rel == "." else rel.split(os.sep)
+    if os.open not in os.supports_dir_fd:  # no openat here: the resolved path, as before
+        return os.open(real, flags)
+    fd = os.open(root.path, _DIR_FLAGS)
+    try:
+        for i, name in enumerate(parts):
+            try:
+                step = os.open(name, flags if i == len(parts) - 1 else _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                # Linux says ENOTDIR for a symlink opened O_DIRECTORY | O_NOFOLLOW: say
+                # what happened, so that it reads as a refusal (400), not a missing file.
+                if exc.errno in (errno.ENOTDIR, errno.ELOOP) and _is_link(name, fd):
+                    raise OSError(errno.ELOOP, "a symbolic link on the path since it was checked") from None
+                raise
+            os.close(fd)
+            fd = step
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
 def _open_regular(root: FileRoot, url: str) -> io.BufferedReader:
     """``url`` opened for binary reading, checked to be a regular file on the open
     descriptor itself (checking the path first would leave a window to swap it).
@@ -273,7 +371,7 @@ def _open_regular(root: FileRoot, url: str) -> io.BufferedReader:
     """
     real = root.resolve(url)
     try:
-        fd = os.open(real, _OPEN_FLAGS)
+        fd = _open_beneath(root, real, _OPEN_FLAGS)
     except OSError as exc:
         raise _os_error(url, exc) from None
     try:

@@ -386,3 +386,78 @@ def test_fifo_is_refused_without_blocking(tree: Path) -> None:
         status, message = call(root, task, url="nf://pipe")
         assert status == 400 and "not a regular file" in message
     assert "nf://pipe" not in call(root, "walk", url="nf://")[1]
+
+
+def test_a_path_of_too_many_components_is_refused_before_it_is_resolved(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # os.path.realpath takes time in the square of the components: 400,000 of them held
+    # the gateway's loop (every peer) for 10 s. Such a URL is refused unresolved.
+    root = fss.FileRoot(tree)
+    resolved: list[str] = []
+    real = os.path.realpath
+
+    def counting(path: str, **kwargs: Any) -> str:
+        resolved.append(path)
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(os.path, "realpath", counting)
+    for task in ("fetch_file", "file_details", "list_files", "walk"):
+        status, message = call(root, task, url="nf://" + "a/" * 200_000)
+        assert status == 400 and "too long" in message and len(message) < 400
+    assert resolved == []
+    assert call(root, "fetch_file", url="nf://" + "/".join(["sub"] * 1) + "/b.bin")[0] == 200
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_check_is_not_followed(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race a local user can win: the path is checked, then a directory on it becomes
+    # a symlink out of the root before the open. Simulated at the worst moment: right
+    # after every check.
+    write(tree.parent / "outside/b.bin", "OUTSIDE SECRET")
+    write(tree.parent / "outside/deep/c.txt", "OUTSIDE SECRET")
+    root = fss.FileRoot(tree)
+    checked = fss.FileRoot.resolve
+
+    def swap_after_check(self: fss.FileRoot, url: object) -> str:
+        real = checked(self, url)
+        if (tree / "sub").is_dir() and not (tree / "sub").is_symlink():
+            (tree / "sub").rename(tree / "sub.away")
+            (tree / "sub").symlink_to(tree.parent / "outside", target_is_directory=True)
+        return real
+
+    for task, url in (
+        ("fetch_file", "nf://sub/b.bin"),
+        ("file_details", "nf://sub/b.bin"),
+        ("list_files", "nf://sub"),
+        ("list_files", "nf://sub/deep"),
+        ("walk", "nf://sub"),
+    ):
+        monkeypatch.setattr(fss.FileRoot, "resolve", swap_after_check)
+        status, value = call(root, task, url=url)
+        assert status == 400 and "symbolic link" in value, (task, url, status, value)
+        monkeypatch.undo()
+        (tree / "sub").unlink()
+        (tree / "sub.away").rename(tree / "sub")
+        assert call(root, task, url=url)[0] == 200  # unswapped, the same request is served
+
+
+def test_file_details_hashes_at_most_max_hashed_bytes_per_request(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Hashing runs on the loop: one request for many large files must not hold every
+    # other peer for seconds. What does not fit is answered without digests, with why.
+    monkeypatch.setattr(fss, "MAX_HASHED", 10)
+    fss._DIGESTS.clear()
+    root = fss.FileRoot(tree)
+    status, many = call(root, "file_details", url=["nf://a.txt", "nf://sub/b.bin", "nf://sub/deep/c.txt"])
+    assert status == 200
+    assert many["nf://a.txt"]["md5hash"] == hashlib.md5(b"alpha\n").hexdigest()  # 6 bytes of 10
+    past = many["nf://sub/b.bin"]  # 5 more: past the 10
+    assert past["exists"] is True and past["size_bytes"] == 5
+    assert past["md5hash"] is None and past["sha256hash"] is None and "not hashed" in past["error"]
+    assert many["nf://sub/deep/c.txt"]["md5hash"] is None
+    # The next request has its own budget, and a file hashed before costs nothing.
+    again = call(root, "file_details", url=["nf://a.txt", "nf://sub/b.bin"])[1]
+    assert again["nf://sub/b.bin"]["md5hash"] == hashlib.md5(b"bravo").hexdigest()
