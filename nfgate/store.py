@@ -202,7 +202,12 @@ class JobStore:
         self._lock_fd: int | None = None
         self._checkpointer: Checkpointer | None = None  # None: SQLite's own checkpoints only
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Jobs hold what clients sent and what workers answered: readable by the
+            # gateway's user only, as the data dir it makes. SQLite gives the -wal and
+            # -shm files the database file's mode, so creating that one first is enough.
+            # An existing dir or file keeps the mode its owner gave it.
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
             self._lock_fd = _lock(Path(f"{self.path}.lock"))
             # check_same_thread off: the store is used by one thread at a time, but that
             # thread (the gateway loop) need not be the one that opened it.

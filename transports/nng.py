@@ -101,15 +101,21 @@ def server_tls(cert_key_file: Path, ca_file: Path | None = None) -> pynng.TLSCon
     """A server TLS config from one PEM file holding the certificate and its key; with
     ``ca_file``, clients must present a certificate signed by it.
 
-    Raises :class:`TransportError` when the files cannot be loaded.
+    Raises :class:`TransportError` when a file cannot be loaded, naming the file and
+    its config key (``tls_cert_key_file``, ``tls_ca_file``).
     """
     try:
         config = pynng.TLSConfig(pynng.TLSConfig.MODE_SERVER, cert_key_file=str(cert_key_file))
-        if ca_file is not None:
+    except pynng.NNGException as exc:
+        raise TransportError(
+            f"cannot load TLS certificate {cert_key_file} (tls_cert_key_file): {exc}"
+        ) from None
+    if ca_file is not None:
+        try:
             config.add_ca_file(str(ca_file))
             config.set_auth_mode(pynng.TLSConfig.AUTH_MODE_REQUIRED)
-    except pynng.NNGException as exc:
-        raise TransportError(f"cannot load TLS certificate {cert_key_file}: {exc}") from None
+        except pynng.NNGException as exc:
+            raise TransportError(f"cannot load TLS CA certificates {ca_file} (tls_ca_file): {exc}") from None
     return config
 
 

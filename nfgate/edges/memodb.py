@@ -39,7 +39,7 @@ from nfgate.codecs.memodb.messages import Disconnect, Job, Ready, Result
 from nfgate.codecs.memodb.messages import Heartbeat as MemoHeartbeat
 from nfgate.codecs.memodb.session import Action, WorkerState, dialect_of, input_of, step
 from nfgate.edges import BeatCounts, Edge, EdgeSettings, WireCounts
-from nfgate.errors import DecodeError, EncodeError
+from nfgate.errors import ConfigError, DecodeError, EncodeError
 from nfgate.model import Cancel, Command, Heartbeat, Peer, Register, Reply, Request, Status, Unregister
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
 from nfgate.store import JobStore
@@ -126,10 +126,21 @@ class MemodbEdge(Edge):
         heartbeat = cast(tuple[int, int], opts.get("heartbeat", (10_000, 3)))
         self.interval = heartbeat[0]  # 0: idle workers are never sent HEARTBEAT
         self.job_timeout_ms = int(opts.get("job_timeout_ms", 300_000))  # type: ignore[call-overload]
-        cert = opts.get("tls_cert_key_file")
+        cert, ca = opts.get("tls_cert_key_file"), opts.get("tls_ca_file")
         tls = None
+        if cert is None and ca is not None:
+            raise ConfigError(f"config: edges.{settings.protocol}.tls_ca_file needs tls_cert_key_file")
         if cert is not None:
-            tls = server_tls(cert, opts.get("tls_ca_file"))  # type: ignore[arg-type]
+            tls = server_tls(cert, ca)  # type: ignore[arg-type]
+            if not settings.url.startswith("tls+"):
+                # Not an error: one table may serve a tls+tcp:// bind and a local ipc://
+                # one. But a certificate beside a plain bind is most often a bind that
+                # was meant to be tls+tcp://.
+                log.warning(
+                    "%s edge: tls_cert_key_file is set but %s is not tls+tcp://: its traffic is not encrypted",
+                    settings.name,
+                    settings.url,
+                )
         self.transport = RepEndpoint(
             settings.url,
             max_contexts=int(opts.get("max_contexts", 4096)),  # type: ignore[call-overload]

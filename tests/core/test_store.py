@@ -63,6 +63,27 @@ def test_unfinished_and_purge(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_new_store_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    # Jobs hold what clients sent and what workers answered (credentials, configs).
+    old = os.umask(0o022)  # the usual umask, which would make them 0644
+    try:
+        store = JobStore(tmp_path / "data" / "jobs.sqlite", fsync=False)
+        store.begin()
+        store.add(job("u1"))
+        store.commit()
+    finally:
+        os.umask(old)
+    assert (tmp_path / "data").stat().st_mode & 0o777 == 0o700
+    files = [
+        p
+        for p in (tmp_path / "data").iterdir()
+        if p.name.startswith("jobs.sqlite") and not p.name.endswith(".lock")
+    ]
+    assert {p.name for p in files} >= {"jobs.sqlite", "jobs.sqlite-wal"}
+    assert {p.name: p.stat().st_mode & 0o777 for p in files} == {p.name: 0o600 for p in files}
+    store.close()
+
+
 def test_bad_data_dir_is_a_config_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

@@ -17,6 +17,7 @@ import zmq
 
 from nfgate.codecs.memodb.messages import Disconnect, Job, Result
 from nfgate.config import load
+from nfgate.errors import ConfigError
 from nfgate.serve import build
 from nfgate.transports.nng import client_tls, connect_req
 from tests.ports import random_binds
@@ -128,8 +129,9 @@ def test_stopping_gateway_disconnects_polling_workers(tmp_path: Path) -> None:
         finish(gw)
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
-def test_tls_bind_from_the_config(tmp_path: Path) -> None:
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for localhost: the certificate, and one PEM file with
+    the certificate and its key."""
     key, cert, both = tmp_path / "key.pem", tmp_path / "cert.pem", tmp_path / "both.pem"
     subprocess.run(
         [
@@ -141,6 +143,12 @@ def test_tls_bind_from_the_config(tmp_path: Path) -> None:
         timeout=20,
     )  # fmt: skip
     both.write_text(cert.read_text() + key.read_text())
+    return cert, both
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
+def test_tls_bind_from_the_config(tmp_path: Path) -> None:
+    cert, _ = _self_signed(tmp_path)
     config = tmp_path / "nfgate.toml"
     config.write_text('[edges.memodb]\ntls_cert_key_file = "both.pem"\n')
     binds = [(k, url) for k, url in random_binds() if k != "memodb"] + [("memodb", "tls+tcp://127.0.0.1:*")]
@@ -167,6 +175,35 @@ def test_tls_bind_from_the_config(tmp_path: Path) -> None:
         for sock in socks:
             sock.close()
         finish(gw)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
+def test_tls_settings_that_cannot_encrypt_are_said(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = tmp_path / "nfgate.toml"
+    config.write_text('[edges.memodb]\ntls_ca_file = "ca.pem"\n')
+    (tmp_path / "ca.pem").write_text("")
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        cfg = load(config, data_dir=tmp_path / "data", binds=random_binds())
+        with pytest.raises(
+            ConfigError, match=r"^config: edges\.memodb\.tls_ca_file needs tls_cert_key_file$"
+        ):
+            build(cfg, context)
+        # A certificate beside a plain tcp:// bind: it starts (an ipc:// bind may share
+        # the table), and the log says that this bind is not encrypted.
+        _, both = _self_signed(tmp_path)
+        config.write_text(f'[edges.memodb]\ntls_cert_key_file = "{both.name}"\n')
+        cfg = load(config, data_dir=tmp_path / "data", binds=random_binds())
+        with caplog.at_level("WARNING", logger="nfgate"):
+            gw = build(cfg, context)
+        gw.close()
+    finally:
+        context.term()
+    warned = [r.getMessage() for r in caplog.records if "tls_cert_key_file" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith(
+        "memodb edge: tls_cert_key_file is set but tcp://127.0.0.1:"
+    )
+    assert warned[0].endswith(" is not tls+tcp://: its traffic is not encrypted")
 
 
 def test_a_burst_goes_to_posted_receives_and_an_idle_loop_sleeps_on_the_fd_again(tmp_path: Path) -> None:

@@ -208,6 +208,28 @@ def test_tls_url_without_certificate_is_refused() -> None:
         RepEndpoint("tls+tcp://127.0.0.1:*")
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
+def test_a_tls_file_that_does_not_load_is_named_with_its_config_key(tmp_path: Path) -> None:
+    # The operator must be told which of the two files is wrong: a missing CA file was
+    # reported as the certificate's fault.
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=20,
+    )  # fmt: skip
+    both = tmp_path / "both.pem"
+    both.write_text(cert.read_text() + key.read_text())
+    with pytest.raises(TransportError, match=r"CA certificates .*missing\.pem \(tls_ca_file\)"):
+        server_tls(both, tmp_path / "missing.pem")
+    with pytest.raises(TransportError, match=r"certificate .*cert\.pem \(tls_cert_key_file\)"):
+        server_tls(cert)  # the certificate without its key
+
+
 def _completed(endpoint: RepEndpoint) -> int:
     return sum(1 for aio, _ in endpoint.posted if not lib.nng_aio_busy(aio))
 
