@@ -128,9 +128,10 @@ def _show_workers(req: _Req, view: BrokerView) -> Any:
     service = req.get("service", str, "all")
     status = req.get("status", str, "any")
     details = req.get("details", bool, False)
-    # NorFab filters only on "alive"/"dead"; nfcli sends "any" for no filter.
-    if status not in ("any", "alive", "dead", ""):
-        raise RequestError(Status.UNKNOWN, f"{req.task}: 'status' must be alive, dead or any, not {status!r}")
+    # NorFab filters only on "alive"/"dead" and takes any other value for no filter
+    # (nfcli sends "any"). A 400 here would not reach nfcli's user as an error: NorFab's
+    # client reports an MMI's status apart from its errors, and nfcli reads only the
+    # errors, so it would take the 400's text for the list of workers.
     rows: list[dict[str, Any]] = []
     for w in view.workers:
         if service not in ("all", "") and service not in w.services():
@@ -228,15 +229,11 @@ def _get_logs(req: _Req, view: BrokerView) -> Any:
     if last < 0:
         raise RequestError(Status.UNKNOWN, f"{req.task}: 'last' must be 0 (all) or more, not {last}")
     level, logger = req.get("level", str, ""), req.get("logger", str, "")
+    # Compared as text, as NorFab's broker does: "yesterday" matches nothing. A 400
+    # would be kinder to a caller of our own, but nfcli (`show norfab logging since
+    # ...`) takes any answer's value for the records and fails on a 400's text, where
+    # NorFab's broker gives it 200 and an empty list (see _show_workers).
     since, until = req.get("since", str, ""), req.get("until", str, "")
-    for key, value in (("since", since), ("until", until)):
-        try:
-            if value:
-                datetime.datetime.fromisoformat(value)
-        except ValueError:  # compared as text, "yesterday" would match nothing, silently
-            raise RequestError(
-                Status.UNKNOWN, f"{req.task}: {key!r} must be an ISO 8601 time, e.g. 2026-11-26T10:00:00"
-            ) from None
     records = []
     for line in view.logs:
         record = _record(line, view.broker.name)

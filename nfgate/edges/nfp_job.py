@@ -43,13 +43,18 @@ def to_target(parsed: str | tuple[str, ...]) -> Target:
     return Target(kind=TargetKind.NAMED, names=tuple(parsed))
 
 
-def job_target(service: str, parsed: str | tuple[str, ...]) -> Target:
+def job_target(service: str, parsed: str | tuple[str, ...], *, norfab: bool = False) -> Target:
     """The core's target for a job: NorFab's pseudo-service ``all`` (its names already
-    resolved by :func:`pseudo_targets`) takes the named workers whatever their service.
+    resolved by :func:`pseudo_targets`) takes the named workers whatever their service,
+    and so does any named target of a ``norfab`` client: NorFab's broker looks a name up
+    among all its workers (``filter_workers``), so a job for ``echo`` naming a worker of
+    another service runs there, where the spec's named worker must offer the service.
     Raises ValueError for the pseudo-service with ``any`` or ``all`` left unresolved."""
     if service == PSEUDO_SERVICE:
         if isinstance(parsed, str):
             raise ValueError(f"pseudo-service target {parsed!r} is not resolved to workers")
+        return Target(kind=TargetKind.NAMED, names=parsed, any_service=True)
+    if norfab and not isinstance(parsed, str):
         return Target(kind=TargetKind.NAMED, names=parsed, any_service=True)
     return to_target(parsed)
 

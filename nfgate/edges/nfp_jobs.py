@@ -125,7 +125,7 @@ class NfpJobs:
                 self._error(peer.address, dialect, service, uuid, Status.UNKNOWN, reason)
                 return []
             text = format_target(parsed, "norfab")
-        target = job_target(service, parsed)
+        target = job_target(service, parsed, norfab=dialect == "norfab")
         job = Job(uuid=uuid, client=peer.address, dialect=dialect, service=service, target=text)
         self._by_uuid[uuid] = job
         return [
@@ -439,7 +439,8 @@ class NfpJobs:
             job.recovered = True
             job.announced = list(rec.workers)
             try:
-                target = job_target(rec.service, self._still_owed(job, parse_target(rec.target)))
+                owed = self._still_owed(job, parse_target(rec.target))
+                target = job_target(rec.service, owed, norfab=dialect == "norfab")
             except (DecodeError, ValueError):
                 target = Target()
             self._by_uuid[rec.uuid] = job

@@ -186,3 +186,36 @@ def test_sid_and_fss_answer_from_the_configured_inventory_and_root(tmp_path: obj
         assert status == 400
     finally:
         finish(running)
+
+
+def test_only_get_stats_reads_the_process_figures(gw: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+    # psutil's TCP scan costs about 10 ms on the loop, which routes nothing meanwhile;
+    # NorFab's tools ask show_workers for every completion and page. Only get_stats
+    # reports the figures, so only get_stats pays for them (as in NorFab's broker).
+    scans: list[int] = []
+    real = psutil.Process.net_connections
+
+    def counting(self: psutil.Process, kind: str = "inet") -> list[object]:
+        scans.append(1)
+        return real(self, kind)  # type: ignore[return-value]
+
+    monkeypatch.setattr(psutil.Process, "net_connections", counting)
+    client = gw.dealer("nfp")
+    for task in ("show_workers", "show_broker", "get_status", "show_broker_version", "no_such_task"):
+        assert mmi_call(client, "mmi.service.broker", task)[0] == 200
+    assert scans == []
+    status, stats = mmi_call(client, "mmi.service.broker", "get_stats")
+    assert status == 200 and isinstance(stats, dict) and stats["process"]["tcp_sockets"] >= 1
+    assert scans == [1]
+
+
+@pytest.mark.parametrize("task", [None, 5])
+def test_a_task_that_is_not_a_string_is_norfabs_unsupported_task(gw: Running, task: object) -> None:
+    # NorFab's broker answers 200 "Unsupported task 'None'"; a 400 would be shown by
+    # nfcli as if its text were the result.
+    client = gw.dealer("nfp")
+    body = json.dumps({"task": task, "kwargs": {}, "args": []}).encode()
+    post(client, "mmi.service.broker", body)
+    reply = get(client)
+    assert isinstance(reply, Response) and reply.status == 200
+    assert json.loads(reply.body[0]) == f"Unsupported task '{task}'"

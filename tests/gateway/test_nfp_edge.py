@@ -119,6 +119,34 @@ def test_a_norfab_named_worker_that_never_came_is_the_one_whose_part_fails(tmp_p
         finish(gw)
 
 
+def test_a_norfab_client_naming_a_worker_of_another_service_reaches_it(tmp_path: Path) -> None:
+    # NorFab's broker looks a named worker up among all its workers, whatever the job's
+    # service (broker.py filter_workers), and nfcli offers every worker's name: a job
+    # for "echo" naming x1 (of "echo2") runs on x1 at once. A spec client's named worker
+    # must offer the service (specs/nfp.md): its job waits for one that does, and expires.
+    gw = start_gateway(tmp_path, "[routing]\nqueue_expiry_ms = 300\n")
+    try:
+        w1, x1 = norfab_worker(gw, "echo", b"w1"), norfab_worker(gw, "echo2", b"x1")
+        client = gw.dealer("nfp", b"c1")
+        body = b'{"task":"echo","kwargs":{},"args":[]}'
+        job = post(client, "echo", body, target='["w1","x1"]', dialect="norfab")
+        assert sorted(json.loads(get(client, "norfab").body[0])["workers"]) == ["w1", "x1"]  # type: ignore[attr-defined]
+        for name, sock in (("w1", w1), ("x1", x1)):
+            dispatched = get(sock, "norfab")
+            assert isinstance(dispatched, Post) and dispatched.uuid == job
+            result = json.dumps({name: {"result": name, "failed": False}}).encode()
+            send(sock, Response(header=WORKER, client=b"c1", uuid=job, status=200, body=(result,)), "norfab")
+        answers = {k: v for _ in range(2) for k, v in json.loads(get(client, "norfab").body[0]).items()}  # type: ignore[attr-defined]
+        assert answers == {"w1": {"result": "w1", "failed": False}, "x1": {"result": "x1", "failed": False}}
+        spec_client = gw.dealer("nfp", b"c2")
+        post(spec_client, "echo", b"q", target="x1")
+        assert get(spec_client).status == 202  # type: ignore[attr-defined]
+        assert quiet(x1, 200)
+        assert get(spec_client).status == 408  # type: ignore[attr-defined]
+    finally:
+        finish(gw)
+
+
 @pytest.mark.parametrize("name", ["wörker-1", "w 2"])
 def test_a_norfab_worker_named_in_utf8_text_is_known_by_that_name(gw: Running, name: str) -> None:
     # NorFab's identity is the worker's name as UTF-8: the 202, a named target and the
