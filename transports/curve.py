@@ -9,14 +9,20 @@ the inventory's ``broker.shared_key``. nfgate reads the same ZeroMQ certificate 
 among them), so a NorFab deployment keeps its keys when its broker becomes nfgate.
 
 Without an allow-list no ZAP handler runs and libzmq accepts any client key, as NorFab
-does. With one (a folder of ``*.key`` public certificates), a ZAP handler thread checks
-each handshake against the folder; it is started once per ZeroMQ context, one ZAP domain
-per edge, and must be stopped (:func:`stop_authenticators`) before the context ends.
+does. With one (a folder of ``*.key`` public certificates, read once, at start), a ZAP
+handler thread checks each handshake. There is one per ZeroMQ context, and once it runs
+libzmq asks it about every CURVE socket of that context: so each CURVE socket has its
+own ZAP domain (its edge's name) and each domain its own policy (:class:`Guard`), "any
+key" or "these keys", registered whichever of the edges comes first. The handler must
+be stopped (:func:`stop_authenticators`) before the context ends.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+import weakref
 from pathlib import Path
 
 import attrs
@@ -27,24 +33,33 @@ from zmq.utils import z85
 
 from nfgate.errors import ConfigError
 
-__all__ = ["Curve", "enable_server", "load_server_keys", "stop_authenticators"]
+__all__ = ["Curve", "Guard", "enable_server", "load_server_keys", "stop_authenticators"]
+
+log = logging.getLogger("nfgate.transports.curve")
+
+MAX_KEYS_LOGGED = 256  # refused client keys an edge logs (once each) before it summarises
+SUMMARY_EVERY_S = 60.0  # beyond those: one line with a count, at most this often
 
 
 @attrs.frozen(kw_only=True)
 class Curve:
-    """A CURVE server's key pair (Z85 text as bytes) and its optional client allow-list."""
+    """A CURVE server's key pair (Z85 text as bytes) and its optional client allow-list:
+    the folder and the Z85 public keys read from it (``allowed``; None: any key)."""
 
     public_key: bytes
     secret_key: bytes = attrs.field(repr=False)
     allow: Path | None = None
+    allowed: frozenset[bytes] | None = None
 
 
 def load_server_keys(secret_file: Path, allow: Path | None = None) -> Curve:
-    """The key pair in a ZeroMQ secret certificate file.
+    """The key pair in a ZeroMQ secret certificate file, and the client public keys in
+    the ``*.key`` files of the folder ``allow``.
 
     Raises:
-        ConfigError: the file is missing, unreadable or holds no secret key, or ``allow``
-            is not a folder.
+        ConfigError: the file is missing, unreadable or holds no secret key; or ``allow``
+            is not a readable folder, one of its ``*.key`` files cannot be read or holds
+            no CURVE public key, or it has no ``*.key`` file at all.
     """
     try:
         public, secret = zmq.auth.load_certificate(secret_file)
@@ -61,9 +76,44 @@ def load_server_keys(secret_file: Path, allow: Path | None = None) -> Curve:
                 f"config: curve_secret_key: the {which} key in {secret_file} is not a CURVE key "
                 "(40 Z85 characters)"
             )
-    if allow is not None and not allow.is_dir():
-        raise ConfigError(f"config: curve_allow: {allow} is not a folder of public .key files")
-    return Curve(public_key=public, secret_key=secret, allow=allow)
+    allowed = None if allow is None else _load_allow(allow)
+    return Curve(public_key=public, secret_key=secret, allow=allow, allowed=allowed)
+
+
+def _load_allow(folder: Path) -> frozenset[bytes]:
+    # pyzmq's own loader (Authenticator.configure_curve) logs a file it cannot read and
+    # goes on with no key at all: a gateway that starts and refuses every client.
+    if not folder.is_dir():
+        raise ConfigError(f"config: curve_allow: {folder} is not a folder of public .key files")
+    try:
+        # czmq's and pyzmq's pattern: the *.key files, not the hidden ones (glob's "*").
+        files = sorted(p for p in folder.iterdir() if p.suffix == ".key" and not p.name.startswith("."))
+    except OSError as exc:
+        raise ConfigError(f"config: curve_allow: cannot read the folder {folder}: {_why(exc)}") from None
+    keys: set[bytes] = set()
+    for path in files:
+        try:
+            public, _ = zmq.auth.load_certificate(path)
+        except OSError as exc:
+            raise ConfigError(f"config: curve_allow: cannot read {path}: {_why(exc)}") from None
+        except ValueError:  # no public-key line
+            public = None
+        if not _is_z85_key(public):
+            raise ConfigError(
+                f"config: curve_allow: {path} holds no CURVE public key (a public-key line of "
+                "40 Z85 characters)"
+            )
+        assert public is not None
+        keys.add(public)
+    if not keys:
+        raise ConfigError(
+            f"config: curve_allow: {folder} holds no public .key files: every client would be refused"
+        )
+    return frozenset(keys)
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)  # strerror: without the file name, already in the message
 
 
 def _is_z85_key(key: bytes | None) -> bool:
@@ -75,31 +125,128 @@ def _is_z85_key(key: bytes | None) -> bool:
         return False
 
 
+class Guard:
+    """The ZAP policy of one CURVE socket (one edge, one ZAP domain): any client key, or
+    only the ``allowed`` ones. Counts refused handshakes (:attr:`refused`) and logs each
+    refused key once, up to :data:`MAX_KEYS_LOGGED` keys, then a count at most every
+    :data:`SUMMARY_EVERY_S`: a client retrying, or a flood of keys, cannot fill the log.
+
+    :meth:`admits` runs in the ZAP thread; the edge reads :attr:`refused` from the loop
+    thread. One writer, a plain int: under the GIL the reader sees an old or new value,
+    never a torn one, so there is no lock.
+    """
+
+    def __init__(self, domain: str, allowed: frozenset[bytes] | None) -> None:
+        self.domain = domain
+        self.allowed = allowed
+        self.refused = 0
+        self._logged: set[bytes] = set()
+        self._unlogged = 0  # refusals of keys not logged since the last summary
+        self._summary_at = -SUMMARY_EVERY_S
+
+    def admits(self, key: bytes, address: str) -> bool:
+        """Whether the client with the Z85 public ``key``, from ``address``, may connect."""
+        if self.allowed is None or key in self.allowed:
+            return True
+        self.refused += 1
+        if key in self._logged:
+            return False
+        text = key.decode("ascii", "replace")
+        if len(self._logged) < MAX_KEYS_LOGGED:
+            self._logged.add(key)
+            log.warning(
+                "%s edge: refused a CURVE client not in curve_allow: key %s from %s (logged once per key)",
+                self.domain,
+                text,
+                address or "an unknown address",
+            )
+            return False
+        self._unlogged += 1
+        now = time.monotonic()
+        if now - self._summary_at >= SUMMARY_EVERY_S:
+            log.warning(
+                "%s edge: refused %d more CURVE handshakes of keys not logged (the first %d "
+                "refused keys are); last: key %s from %s",
+                self.domain,
+                self._unlogged,
+                MAX_KEYS_LOGGED,
+                text,
+                address or "an unknown address",
+            )
+            self._unlogged = 0
+            self._summary_at = now
+        return False
+
+
+class _Authenticator(ThreadAuthenticator):
+    """pyzmq's ZAP thread, noting each request's client address for the :class:`Guard`
+    (its credentials callback gets only the domain and the key)."""
+
+    address = ""
+
+    async def handle_zap_message(self, msg: list[bytes]) -> None:
+        # ZAP (RFC 27): version, request id, domain, address, identity, mechanism, ...
+        self.address = msg[3].decode("utf-8", "replace") if len(msg) > 3 else ""
+        await super().handle_zap_message(msg)
+
+
+@attrs.frozen
+class _Provider:
+    """What pyzmq's ``configure_curve_callback`` calls for one domain."""
+
+    guard: Guard
+    auth: _Authenticator
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return self.guard.admits(key, self.auth.address)
+
+
+@attrs.define
+class _Zap:
+    """The CURVE domains of one context, and its ZAP handler once an allow-list needs it."""
+
+    guards: dict[str, Guard] = attrs.Factory(dict)
+    auth: _Authenticator | None = None
+
+
 _lock = threading.Lock()
-_authenticators: dict[int, ThreadAuthenticator] = {}
+# Weak: a context whose handler never started leaves no entry (nor its id to a new one).
+_zaps: weakref.WeakKeyDictionary[zmq.Context[zmq.Socket[bytes]], _Zap] = weakref.WeakKeyDictionary()
 
 
-def enable_server(sock: zmq.Socket[bytes], curve: Curve, domain: str) -> None:
-    """Make ``sock`` a CURVE server (call before bind); with an allow-list, register
-    ``domain`` with the context's ZAP handler, started on first use."""
+def enable_server(sock: zmq.Socket[bytes], curve: Curve, domain: str) -> Guard:
+    """Make ``sock`` a CURVE server (call before bind) under the ZAP domain ``domain``
+    (unique per context) and return its :class:`Guard`. With an allow-list, start the
+    context's ZAP handler if it is not running; the handler knows every domain
+    registered in the context, before it started or after.
+
+    Raises :class:`RuntimeError` (pyzmq) if the ZAP thread does not start."""
     sock.curve_secretkey = curve.secret_key
     sock.curve_publickey = curve.public_key
     sock.curve_server = True
-    if curve.allow is None:
-        return
+    # Always a domain of its own: a CURVE socket without one would be checked under "*"
+    # once another edge's allow-list has started the handler, and refused.
     sock.zap_domain = domain.encode()
+    guard = Guard(domain, curve.allowed)
     context = sock.context
     with _lock:
-        auth = _authenticators.get(id(context))
-        if auth is None:
-            auth = _authenticators[id(context)] = ThreadAuthenticator(context)
+        zap = _zaps.setdefault(context, _Zap())
+        zap.guards[domain] = guard
+        if zap.auth is not None:
+            zap.auth.configure_curve_callback(domain, _Provider(guard, zap.auth))
+        elif curve.allowed is not None:
+            auth = _Authenticator(context)
+            for name, each in zap.guards.items():  # before start: no handshake sees a gap
+                auth.configure_curve_callback(name, _Provider(each, auth))
             auth.start()
-    auth.configure_curve(domain=domain, location=str(curve.allow))
+            zap.auth = auth
+    return guard
 
 
 def stop_authenticators(context: zmq.Context[zmq.Socket[bytes]]) -> None:
-    """Stop the ZAP handler of ``context`` if one was started (before ``context.term()``)."""
+    """Stop the ZAP handler of ``context`` if one was started (before ``context.term()``)
+    and forget its domains."""
     with _lock:
-        auth = _authenticators.pop(id(context), None)
-    if auth is not None:
-        auth.stop()
+        zap = _zaps.pop(context, None)
+    if zap is not None and zap.auth is not None:
+        zap.auth.stop()

@@ -18,7 +18,7 @@ import zmq
 
 from nfgate.errors import TransportError
 from nfgate.transports import Tap
-from nfgate.transports.curve import Curve, enable_server
+from nfgate.transports.curve import Curve, Guard, enable_server
 
 _VISIBLE_ASCII = bytes(range(0x21, 0x7F))  # printable ASCII, space excluded
 
@@ -105,6 +105,7 @@ class RouterEndpoint:
         self.unroutable = 0  # replies to peers that are gone
         self.monitor: zmq.Socket[bytes] | None = None  # see watch_connections()
         self._last: zmq.Frame | None = None  # the identity part of the last message read
+        self.curve_guard: Guard | None = None  # a CURVE server's client-key policy and refusals
         sock = context.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         # Without ROUTER_MANDATORY a reply to a vanished peer is dropped silently; with
@@ -116,7 +117,7 @@ class RouterEndpoint:
         sock.setsockopt(zmq.SNDHWM, self.limits.high_water_mark)
         sock.setsockopt(zmq.RCVHWM, self.limits.high_water_mark)
         if curve is not None:
-            enable_server(sock, curve, domain or url)
+            self.curve_guard = enable_server(sock, curve, domain or url)
         try:
             sock.bind(url)
         except zmq.ZMQError as exc:

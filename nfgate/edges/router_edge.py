@@ -287,4 +287,7 @@ class RouterEdge(Edge, Decoding):
         stats = dict(self.counters)
         stats["too_many_frames"] = self.transport.oversized
         stats["too_large"] = self.transport.too_large
+        guard = self.transport.curve_guard
+        if guard is not None:  # CURVE handshakes its ZAP policy refused (client key not allowed)
+            stats["curve_refused"] = guard.refused
         return stats
