@@ -111,6 +111,7 @@ def build(
         raise
     for line in bound:
         log.info("%s", line)
+    _warn_open_edges(edges)
     gateway = Gateway(Router(cfg.routing), edges, wake_fd=wake_fd, logs=logs, drain_ms=cfg.drain_ms)
     gateway.on_close(store.close)
     gateway.on_close(lambda: stop_authenticators(context))
@@ -124,6 +125,23 @@ def build(
         which = f" (edges {', '.join(cfg.capture.edges)})" if cfg.capture.edges else ""
         log.info("capturing to %s%s", cfg.capture.dir, which)
     return gateway
+
+
+def _warn_open_edges(edges: Sequence[Edge]) -> None:
+    """One WARNING when some edges check who registers workers (a CURVE allow-list,
+    memodb's client certificates) and others let any peer: the service namespace is
+    shared, so any peer of an open edge can serve a name the checked edges' clients
+    call (docs/broker.md, CURVE)."""
+    checked = [edge.name for edge in edges if edge.worker_access() == "checked"]
+    open_ = [edge.name for edge in edges if edge.worker_access() == "any"]
+    if checked and open_:
+        log.warning(
+            "%s %s who may serve, but any peer of %s can register any service "
+            "(lock those edges down too, or switch them off with --no-EDGE: docs/broker.md, CURVE)",
+            ", ".join(checked),
+            "checks" if len(checked) == 1 else "check",
+            ", ".join(open_),
+        )
 
 
 def _capture(cfg: ServeConfig, planned: list[tuple[str, str]]) -> Capture | None:

@@ -16,6 +16,7 @@ from nfgate.edges.base import (
     Traffic,
     WireCodec,
     WireCounts,
+    WorkerAccess,
     forget_oldest,
     peer_label,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "Traffic",
     "WireCodec",
     "WireCounts",
+    "WorkerAccess",
     "forget_oldest",
     "identity_lasts",
     "peer_label",

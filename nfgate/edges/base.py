@@ -9,7 +9,7 @@ import logging
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, TypeVar
 
 import attrs
 import zmq
@@ -29,6 +29,10 @@ MAX_DROPPED = 1024
 _clock = time.monotonic  # replaced in tests
 
 log = logging.getLogger("nfgate.edge")
+
+WorkerAccess = Literal["any", "checked", "none"]
+"""Who may register as a worker (or server) on an edge: any peer that reaches it, only
+peers whose key or certificate the edge checks, or nobody (an edge that takes none)."""
 
 
 class WireCodec(Protocol):
@@ -276,6 +280,12 @@ class Edge(abc.ABC):
 
     def stats(self) -> dict[str, int]:
         return dict(self.counters)
+
+    def worker_access(self) -> WorkerAccess:
+        """Who may register as a worker here (default: any peer). Every edge shares one
+        namespace of service names, so an edge open to any worker lets any peer serve
+        any name, a name clients of a locked-down edge call included."""
+        return "any"
 
     def wires(self) -> Sequence[WireCounts]:
         """The transports this edge reads and writes (for :meth:`traffic`)."""

@@ -38,7 +38,7 @@ from nfgate.codecs.memodb import codec as wire
 from nfgate.codecs.memodb.messages import Disconnect, Job, Ready, Result
 from nfgate.codecs.memodb.messages import Heartbeat as MemoHeartbeat
 from nfgate.codecs.memodb.session import Action, WorkerState, dialect_of, input_of, step
-from nfgate.edges import BeatCounts, Edge, EdgeSettings, WireCounts
+from nfgate.edges import BeatCounts, Edge, EdgeSettings, WireCounts, WorkerAccess
 from nfgate.errors import ConfigError, DecodeError, EncodeError
 from nfgate.model import Cancel, Command, Heartbeat, Peer, Register, Reply, Request, Status, Unregister
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
@@ -141,6 +141,8 @@ class MemodbEdge(Edge):
                     settings.name,
                     settings.url,
                 )
+        # A CA file makes a TLS bind require a client certificate signed by it.
+        self._client_certs = tls is not None and ca is not None and settings.url.startswith("tls+")
         self.transport = RepEndpoint(
             settings.url,
             max_contexts=int(opts.get("max_contexts", 4096)),  # type: ignore[call-overload]
@@ -573,6 +575,10 @@ class MemodbEdge(Edge):
             stats[name] = getattr(self.transport, name)
         stats["workers"] = len(self._workers)
         return stats
+
+    def worker_access(self) -> WorkerAccess:
+        # A CA file makes TLS binds require a client certificate signed by it.
+        return "checked" if self._client_certs else "any"
 
 
 def make(settings: EdgeSettings, *, store: JobStore) -> MemodbEdge:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, ClassVar
 import zmq
 
 from nfgate.codecs._base import Message
-from nfgate.edges.base import MAX_DROPPED, Edge, EdgeSettings, WireCodec, WireCounts
+from nfgate.edges.base import MAX_DROPPED, Edge, EdgeSettings, WireCodec, WireCounts, WorkerAccess
 from nfgate.errors import ConfigError, DecodeError
 from nfgate.model import Command, Peer
 from nfgate.transports.curve import load_server_keys
@@ -291,3 +291,7 @@ class RouterEdge(Edge, Decoding):
         if guard is not None:  # CURVE handshakes its ZAP policy refused (client key not allowed)
             stats["curve_refused"] = guard.refused
         return stats
+
+    def worker_access(self) -> WorkerAccess:
+        guard = self.transport.curve_guard
+        return "any" if guard is None or guard.allowed is None else "checked"

@@ -35,7 +35,7 @@ from nfgate.codecs import sada as wire
 from nfgate.codecs._base import Message
 from nfgate.codecs.sada.messages import Intr, Pong, Rep, Req
 from nfgate.codecs.sada.session import Action, ServerState, piran_evidence, server_step
-from nfgate.edges import Decoding, Edge, EdgeSettings, WireCodec, WireCounts
+from nfgate.edges import Decoding, Edge, EdgeSettings, WireCodec, WireCounts, WorkerAccess
 from nfgate.edges.sada_common import (
     DEFAULT_PROTO,
     WireCache,
@@ -351,6 +351,9 @@ class SadaServerEdge(Edge, Decoding):
         stats["too_many_frames"] = self.transport.oversized
         stats["too_large"] = self.transport.too_large
         return stats
+
+    def worker_access(self) -> WorkerAccess:
+        return "none"  # it connects out to channels and serves the gateway's services there
 
 
 def make(settings: EdgeSettings, *, store: JobStore) -> SadaServerEdge:

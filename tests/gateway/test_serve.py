@@ -156,6 +156,86 @@ def test_bad_config_is_one_line_naming_the_key_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2 and "not valid TOML" in done.stderr
 
 
+def test_an_allow_list_that_would_refuse_everyone_stops_serve_with_one_line(tmp_path: Path) -> None:
+    # Before, pyzmq logged "Failed to load CURVE certs" and the gateway started, ready,
+    # refusing every client.
+    import zmq.auth
+
+    _, secret_file = zmq.auth.create_certificates(tmp_path, "broker")
+    allow = tmp_path / "clients"
+    allow.mkdir()
+    zmq.auth.create_certificates(allow, "good")
+    (allow / "notes.key").write_text("# not a certificate\n")
+    config = tmp_path / "nfgate.toml"
+    config.write_text(f'[edges.nfp]\ncurve_secret_key = "{secret_file}"\ncurve_allow = "{allow}"\n')
+    done = run_bad("--config", str(config), "--data-dir", str(tmp_path), *RANDOM)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "edges.nfp.curve_allow" in done.stderr and "notes.key" in done.stderr
+
+
+def test_an_allow_list_refuses_unlisted_keys_counts_them_and_warns_of_open_edges(
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    """The startup warning names the edges any peer can register services on; a refused
+    handshake is one log line naming the key and counts as curve_refused in the metrics;
+    a listed key gets in."""
+    import zmq.auth
+
+    _, secret_file = zmq.auth.create_certificates(tmp_path, "broker")
+    server_public, _ = zmq.auth.load_certificate(secret_file)
+    allow = tmp_path / "clients"
+    allow.mkdir()
+    listed = zmq.auth.load_certificate(zmq.auth.create_certificates(allow, "listed")[1])
+    stranger = zmq.auth.load_certificate(zmq.auth.create_certificates(tmp_path, "stranger")[1])
+    config = tmp_path / "nfgate.toml"
+    config.write_text(f'[edges.nfp]\ncurve_secret_key = "{secret_file}"\ncurve_allow = "{allow}"\n')
+    server = start("--config", str(config), "--data-dir", str(tmp_path), *RANDOM, "--no-sada")
+    try:
+        warning = [line for line in server.lines if "can register any service" in line]
+        assert warning == [
+            "nfgate: nfp checks who may serve, but any peer of dcp, memodb, dbp can register any "
+            "service (lock those edges down too, or switch them off with --no-EDGE: docs/broker.md, CURVE)\n"
+        ]
+
+        def answered(pair: tuple[bytes, bytes | None]) -> bool:
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.curve_serverkey = server_public
+            sock.curve_publickey, sock.curve_secretkey = pair[0], pair[1]
+            sock.connect(server.endpoints["nfp"])
+            sock.send_multipart(
+                nfp.encode(
+                    Post(
+                        header=CLIENT, service="nobody", target="any", uuid=uuidlib.uuid4().hex, body=(b"x",)
+                    ),
+                    "spec",
+                )
+            )
+            got = sock.poll(2000) != 0
+            sock.close(0)
+            return got
+
+        assert answered(listed)
+        assert not answered(stranger)
+        key = stranger[0].decode()
+        until(lambda: any(key in line for line in server.lines))
+        refusals = [line for line in server.lines if key in line]
+        assert len(refusals) == 1 and "nfp edge: refused a CURVE client" in refusals[0]
+        counted: list[str] = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:  # the loop publishes its counters once a second
+            with urllib.request.urlopen(metrics_url(server), timeout=5) as response:
+                page = response.read().decode()
+            counted = [line for line in page.splitlines() if 'event="curve_refused"' in line]
+            if counted and not counted[0].endswith(" 0"):
+                break
+            time.sleep(0.2)
+        # Only the nfp edge runs CURVE; libzmq may have retried the refused handshake.
+        assert len(counted) == 1 and 'edge="nfp"' in counted[0] and not counted[0].endswith(" 0"), counted
+    finally:
+        assert stop(server) == 0
+
+
 def test_start_up_mistakes_are_one_line_before_any_edge_binds(tmp_path: Path) -> None:
     """An inventory that does not render, a capture folder that cannot be made, a
     capture edge that is not served: one line, exit 2, no "listening" line before it."""
