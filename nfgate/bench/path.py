@@ -58,6 +58,7 @@ class MemoryTransport:
     poller has something to hold."""
 
     receive_failures = send_failures = oversized = too_large = 0
+    curve_guard = None  # no CURVE
 
     def __init__(self, socket: zmq.Socket[bytes]) -> None:
         self.socket = socket
