@@ -4,6 +4,7 @@ watch that removes a worker whose connection closed (:class:`RouterEdge`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -16,6 +17,8 @@ from nfgate.errors import ConfigError, DecodeError
 from nfgate.model import Command, Peer
 from nfgate.transports.curve import load_server_keys
 from nfgate.transports.zmq import RouterEndpoint, identity_lasts
+
+log = logging.getLogger("nfgate.edge")
 
 
 class Decoding:
@@ -63,6 +66,22 @@ class Decoding:
         protocol has an answer for that."""
 
 
+def _warn_if_others_read(edge: str, secret: Path) -> None:
+    # Not an error: the key is the operator's, and NorFab's own key files are 0644. But a
+    # secret key other users can read lets them pose as this broker to every peer.
+    try:
+        mode = secret.stat().st_mode
+    except OSError:  # load_server_keys has read it already; a race is not worth a stop
+        return
+    if mode & 0o077:
+        log.warning(
+            "%s edge: the CURVE secret key %s can be read by other users (mode %03o): chmod 600 it",
+            edge,
+            secret,
+            mode & 0o777,
+        )
+
+
 class RouterEdge(Edge, Decoding):
     """An edge on one bound ZeroMQ ROUTER socket.
 
@@ -89,6 +108,8 @@ class RouterEdge(Edge, Decoding):
         if curve is None and allow is not None:
             raise ConfigError(f"config: edges.{settings.protocol}.curve_allow needs curve_secret_key")
         self.curve_public_key = curve.public_key.decode() if curve is not None else ""
+        if isinstance(secret, Path):
+            _warn_if_others_read(settings.name, secret)
         self.transport = RouterEndpoint(
             settings.context, settings.url, settings.limits, curve=curve, domain=settings.name
         )

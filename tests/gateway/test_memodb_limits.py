@@ -196,6 +196,17 @@ def test_tls_settings_that_cannot_encrypt_are_said(tmp_path: Path, caplog: pytes
         cfg = load(config, data_dir=tmp_path / "data", binds=random_binds())
         with caplog.at_level("WARNING", logger="nfgate"):
             gw = build(cfg, context)
+        # Who may register workers (serve's warning about open edges reads it): any peer
+        # of a plain bind; only certified peers of a TLS bind with a CA file.
+        assert gw.edges["memodb"].worker_access() == "any"
+        gw.close()
+        cert, _ = _self_signed(tmp_path)
+        config.write_text(f'[edges.memodb]\ntls_cert_key_file = "{both.name}"\ntls_ca_file = "{cert.name}"\n')
+        binds = [(k, url) for k, url in random_binds() if k != "memodb"] + [
+            ("memodb", "tls+tcp://127.0.0.1:*")
+        ]
+        gw = build(load(config, data_dir=tmp_path / "data", binds=binds), context)
+        assert gw.edges["memodb"].worker_access() == "checked"
         gw.close()
     finally:
         context.term()

@@ -173,6 +173,28 @@ def test_an_allow_list_that_would_refuse_everyone_stops_serve_with_one_line(tmp_
     assert "edges.nfp.curve_allow" in done.stderr and "notes.key" in done.stderr
 
 
+def test_a_curve_secret_key_other_users_can_read_is_warned_about(tmp_path: Path) -> None:
+    import zmq.auth
+
+    _, secret_file = zmq.auth.create_certificates(tmp_path, "broker")
+    config = tmp_path / "nfgate.toml"
+    config.write_text(f'[edges.nfp]\ncurve_secret_key = "{secret_file}"\n')
+    for mode, warned in ((0o644, True), (0o600, False)):
+        Path(secret_file).chmod(mode)
+        server = start("--config", str(config), "--data-dir", str(tmp_path), *RANDOM)
+        try:
+            lines = [line for line in server.lines if "can be read by other users" in line]
+            assert lines == (
+                [
+                    f"nfgate: nfp edge: the CURVE secret key {secret_file} can be read by other users (mode 644): chmod 600 it\n"
+                ]
+                if warned
+                else []
+            ), mode
+        finally:
+            assert stop(server) == 0
+
+
 def test_an_allow_list_refuses_unlisted_keys_counts_them_and_warns_of_open_edges(
     tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
 ) -> None:
