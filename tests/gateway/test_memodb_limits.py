@@ -3,9 +3,7 @@ draining, a TLS bind, and the hand-stepped read loop under a burst (specs/memodb
 
 from __future__ import annotations
 
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -21,6 +19,7 @@ from nfgate.errors import ConfigError
 from nfgate.serve import build
 from nfgate.transports.nng import client_tls, connect_req
 from tests.ports import random_binds
+from tests.tls import needs_openssl, self_signed
 
 from .conftest import Running, finish, start_gateway, until
 from .memodb_helpers import FAST, Peers, _echo_worker, edge_stats, get, next_job, ready, send
@@ -129,26 +128,9 @@ def test_stopping_gateway_disconnects_polling_workers(tmp_path: Path) -> None:
         finish(gw)
 
 
-def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for localhost: the certificate, and one PEM file with
-    the certificate and its key."""
-    key, cert, both = tmp_path / "key.pem", tmp_path / "cert.pem", tmp_path / "both.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=20,
-    )  # fmt: skip
-    both.write_text(cert.read_text() + key.read_text())
-    return cert, both
-
-
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
+@needs_openssl
 def test_tls_bind_from_the_config(tmp_path: Path) -> None:
-    cert, _ = _self_signed(tmp_path)
+    cert, _ = self_signed(tmp_path)
     config = tmp_path / "nfgate.toml"
     config.write_text('[edges.memodb]\ntls_cert_key_file = "both.pem"\n')
     binds = [(k, url) for k, url in random_binds() if k != "memodb"] + [("memodb", "tls+tcp://127.0.0.1:*")]
@@ -177,7 +159,7 @@ def test_tls_bind_from_the_config(tmp_path: Path) -> None:
         finish(gw)
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
+@needs_openssl
 def test_tls_settings_that_cannot_encrypt_are_said(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     config = tmp_path / "nfgate.toml"
     config.write_text('[edges.memodb]\ntls_ca_file = "ca.pem"\n')
@@ -191,7 +173,7 @@ def test_tls_settings_that_cannot_encrypt_are_said(tmp_path: Path, caplog: pytes
             build(cfg, context)
         # A certificate beside a plain tcp:// bind: it starts (an ipc:// bind may share
         # the table), and the log says that this bind is not encrypted.
-        _, both = _self_signed(tmp_path)
+        _, both = self_signed(tmp_path)
         config.write_text(f'[edges.memodb]\ntls_cert_key_file = "{both.name}"\n')
         cfg = load(config, data_dir=tmp_path / "data", binds=random_binds())
         with caplog.at_level("WARNING", logger="nfgate"):
@@ -200,7 +182,7 @@ def test_tls_settings_that_cannot_encrypt_are_said(tmp_path: Path, caplog: pytes
         # of a plain bind; only certified peers of a TLS bind with a CA file.
         assert gw.edges["memodb"].worker_access() == "any"
         gw.close()
-        cert, _ = _self_signed(tmp_path)
+        cert, _ = self_signed(tmp_path)
         config.write_text(f'[edges.memodb]\ntls_cert_key_file = "{both.name}"\ntls_ca_file = "{cert.name}"\n')
         binds = [(k, url) for k, url in random_binds() if k != "memodb"] + [
             ("memodb", "tls+tcp://127.0.0.1:*")

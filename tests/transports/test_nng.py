@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import select
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +15,7 @@ from pynng import lib
 from nfgate.errors import TransportError
 from nfgate.transports.nng import RepEndpoint, client_tls, connect_req, nng_url, server_tls
 from tests.gateway.conftest import until
+from tests.tls import needs_openssl, self_signed
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -176,27 +175,16 @@ def test_ipc(tmp_path: Path) -> None:
         rep.close()
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
+@needs_openssl
 def test_tls_with_a_self_signed_certificate(tmp_path: Path) -> None:
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=20,
-    )  # fmt: skip
-    both = tmp_path / "both.pem"
-    both.write_text(cert.read_text() + key.read_text())
+    cert, both = self_signed(tmp_path)
     rep = RepEndpoint("tls+tcp://127.0.0.1:*", tls=server_tls(both))
     sock = connect_req(rep.endpoint, tls=client_tls(cert.read_text()))
     try:
         assert rep.endpoint.startswith("tls+tcp://127.0.0.1:")
         sock.send(b"secret")
-        key_, _, data = wait_recv(rep)
-        assert data == b"secret" and rep.send(key_, b"ok")
+        key, _, data = wait_recv(rep)
+        assert data == b"secret" and rep.send(key, b"ok")
         assert sock.recv() == b"ok"
     finally:
         sock.close()
@@ -208,22 +196,11 @@ def test_tls_url_without_certificate_is_refused() -> None:
         RepEndpoint("tls+tcp://127.0.0.1:*")
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
+@needs_openssl
 def test_a_tls_file_that_does_not_load_is_named_with_its_config_key(tmp_path: Path) -> None:
     # The operator must be told which of the two files is wrong: a missing CA file was
     # reported as the certificate's fault.
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=20,
-    )  # fmt: skip
-    both = tmp_path / "both.pem"
-    both.write_text(cert.read_text() + key.read_text())
+    cert, both = self_signed(tmp_path)
     with pytest.raises(TransportError, match=r"CA certificates .*missing\.pem \(tls_ca_file\)"):
         server_tls(both, tmp_path / "missing.pem")
     with pytest.raises(TransportError, match=r"certificate .*cert\.pem \(tls_cert_key_file\)"):

@@ -1,0 +1,30 @@
+"""A self-signed TLS certificate for the NNG tests (the openssl CLI, which `.ci/run`
+installs)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl CLI not installed")
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for localhost in ``folder``: the certificate (``cert.pem``), and one
+    PEM file with the certificate and its key (``both.pem``, what ``tls_cert_key_file``
+    takes). Raises subprocess.CalledProcessError if openssl fails."""
+    key, cert, both = folder / "key.pem", folder / "cert.pem", folder / "both.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=20,
+    )  # fmt: skip
+    both.write_text(cert.read_text() + key.read_text())
+    return cert, both
