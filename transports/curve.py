@@ -98,12 +98,11 @@ def _load_allow(folder: Path) -> frozenset[bytes]:
             raise ConfigError(f"config: curve_allow: cannot read {path}: {_why(exc)}") from None
         except ValueError:  # no public-key line
             public = None
-        if not _is_z85_key(public):
+        if public is None or not _is_z85_key(public):
             raise ConfigError(
                 f"config: curve_allow: {path} holds no CURVE public key (a public-key line of "
                 "40 Z85 characters)"
             )
-        assert public is not None
         keys.add(public)
     if not keys:
         raise ConfigError(
