@@ -86,7 +86,8 @@ class Codec:
     def detect(self, frames: Iterable[bytes]) -> str:
         """Return the dialect the frames are written in (the spec's when unsure).
 
-        Never raises on any list of byte strings.
+        Never raises on any list of byte strings; raises :class:`DecodeError` for
+        anything else (as :meth:`decode` does).
         """
         return self.detector(as_frames(self.name, frames))
 

@@ -14,7 +14,6 @@ from .codec import (
     DIALECTS,
     REQUIRED_KEYS,
     decode_time,
-    detect,
     encode_time,
     make_info,
     missing_required,
@@ -78,8 +77,11 @@ CODEC = Codec(
     messages=(Request, Reply, Registration, Update, Approved, Denied, Heartbeat, Disconnect, Ack),
     decoder=codec.decode,
     encoder=codec.encode,
-    detector=detect,
+    detector=codec.detect,
 )
 
+# The registry's methods, which check their input: the module's detect too, so that
+# nfgate.codecs.<name>.detect(None) is a DecodeError, as codecs.get(name).detect(None).
 decode = CODEC.decode
 encode = CODEC.encode
+detect = CODEC.detect

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from nfgate.errors import DecodeError, EncodeError
+from nfgate.errors import ConfigError, DecodeError, EncodeError
 
 from .._base import FrameReader, Message, load_json, printable, reason_of
 from .messages import (
@@ -111,7 +111,7 @@ _CLASS_OF: dict[str, dict[bytes, type[Message]]] = {
 
 def detect(frames: list[bytes]) -> str:
     """``hermes`` when the tag is ``OmO`` or the time part (frame 2) is 4 bytes that are
-    not all ASCII digits or ``.``; ``spec`` otherwise. Never raises.
+    not all ASCII digits or ``.``; ``spec`` otherwise. Never raises for a list of byte strings.
 
     Ambiguous case: a Hermes float32 whose four bytes happen to be digits/dots (times
     around 1e-7 s, never a real clock) is read as ``spec``.
@@ -133,9 +133,12 @@ def encode_time(seconds: float, dialect: str = "spec") -> bytes:
     anything else as the shortest decimal that reads back to the same float
     (``b"1732251000.123"``), never in exponent form. Hermes dialect: little-endian float32,
     rounded to the nearest float32 as Hermes's own ``struct.pack`` does (about 128 s of
-    resolution around today's epoch). Raises :class:`EncodeError` for a value the dialect
-    cannot carry (not a number, negative, not finite, beyond float32's range).
+    resolution around today's epoch, so a Hermes time does not round-trip exactly).
+    Raises :class:`EncodeError` for a value the dialect cannot carry (not a number,
+    negative, not finite, beyond float32's range), :class:`ConfigError` for a dialect
+    name the codec does not know.
     """
+    _check_dialect(dialect)
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
         raise EncodeError(NAME, f"time must be a number of epoch seconds, got {type(seconds).__name__}")
     try:
@@ -160,12 +163,23 @@ def encode_time(seconds: float, dialect: str = "spec") -> bytes:
     return text.encode("ascii")
 
 
+def _check_dialect(dialect: str) -> None:
+    # As Codec.encode/decode: an unknown name (say "HERMES") must not quietly mean the spec.
+    if dialect not in DIALECTS:
+        raise ConfigError(f"dbp: unknown dialect {dialect!r} (known: {', '.join(DIALECTS)})")
+
+
 def decode_time(frame: bytes, dialect: str = "spec", what: str = "time") -> float:
-    """Parse a time part; raises :class:`DecodeError` naming ``what``.
+    """Parse a time part; raises :class:`DecodeError` naming ``what`` (for anything but
+    a valid time part, a ``frame`` that is not bytes included), :class:`ConfigError`
+    for a dialect name the codec does not know.
 
     Spec dialect: ASCII ``digits`` or ``digits.digits``. Hermes dialect: 4-byte
     little-endian float32. Either way the value must be finite and non-negative.
     """
+    _check_dialect(dialect)
+    if type(frame) is not bytes:
+        raise DecodeError(NAME, f"{what} must be bytes, got {type(frame).__name__}")
     if dialect == "hermes":
         if len(frame) != _HERMES_TIME.size:
             raise DecodeError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .._base import Codec
 from . import codec
-from .codec import DIALECTS, PROTOCOL, detect
+from .codec import DIALECTS, PROTOCOL
 from .messages import DcpMessage, Ping, Pong, Reconnect, Registration, Reply, Request
 
 __all__ = [
@@ -35,8 +35,11 @@ CODEC = Codec(
     messages=(Registration, Ping, Pong, Request, Reply, Reconnect),
     decoder=codec.decode,
     encoder=codec.encode,
-    detector=detect,
+    detector=codec.detect,
 )
 
+# The registry's methods, which check their input: the module's detect too, so that
+# nfgate.codecs.<name>.detect(None) is a DecodeError, as codecs.get(name).detect(None).
 decode = CODEC.decode
 encode = CODEC.encode
+detect = CODEC.detect

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .._base import Codec
 from . import codec
-from .codec import DIALECTS, VERSION, detect
+from .codec import DIALECTS, VERSION
 from .messages import Disconnect, Heartbeat, Job, MemodbMessage, Ready, Result
 
 __all__ = [
@@ -37,9 +37,12 @@ CODEC = Codec(
     messages=(Ready, Job, Result, Heartbeat, Disconnect),
     decoder=codec.decode,
     encoder=codec.encode,
-    detector=detect,
+    detector=codec.detect,
     single_frame=True,
 )
 
+# The registry's methods, which check their input: the module's detect too, so that
+# nfgate.codecs.<name>.detect(None) is a DecodeError, as codecs.get(name).detect(None).
 decode = CODEC.decode
 encode = CODEC.encode
+detect = CODEC.detect

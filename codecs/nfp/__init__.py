@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .._base import Codec
 from . import codec
-from .codec import DIALECTS, detect
+from .codec import DIALECTS
 from .messages import (
     BROKER,
     CLIENT,
@@ -57,8 +57,11 @@ CODEC = Codec(
     messages=(Open, Ready, Keepalive, Disconnect, Post, Response, Get, Delete, Event, Stream, Put, Mmi),
     decoder=codec.decode,
     encoder=codec.encode,
-    detector=detect,
+    detector=codec.detect,
 )
 
+# The registry's methods, which check their input: the module's detect too, so that
+# nfgate.codecs.<name>.detect(None) is a DecodeError, as codecs.get(name).detect(None).
 decode = CODEC.decode
 encode = CODEC.encode
+detect = CODEC.detect

@@ -21,6 +21,7 @@ decoder turns that into :class:`nfgate.errors.DecodeError`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import attrs
@@ -59,8 +60,16 @@ NORFAB_COMMANDS = frozenset(
 )
 
 
-def _header(*allowed: bytes) -> v._InValidator:  # type: ignore[name-defined]
-    return v.in_(allowed)
+def _header(*allowed: bytes) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        # bytes first: == alone would take bytearray(b"NFPC01") into a frozen message
+        # (unhashable, and changeable after the check). One call, on every decode.
+        if type(value) is not bytes:
+            raise TypeError(f"{attribute.name} must be bytes, not {type(value).__name__}")
+        if value not in allowed:
+            raise ValueError(f"{attribute.name} must be one of {allowed!r}, not {value!r}")
+
+    return check
 
 
 def _text(_: object, attribute: attrs.Attribute[Any], value: str) -> None:

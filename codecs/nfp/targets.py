@@ -21,8 +21,11 @@ def parse_target(text: str) -> str | tuple[str, ...]:
     """``"all"``, ``"any"`` or the tuple of worker names a target frame names.
 
     An empty target is the spec's default, ``all``. Raises :class:`DecodeError` for a
-    JSON list that is not a list of non-empty strings, or an empty name.
+    JSON list that is not a list of non-empty strings, an empty name, or a ``text``
+    that is not a string.
     """
+    if not isinstance(text, str):
+        raise DecodeError("nfp", f"target must be a string, not {type(text).__name__}")
     text = text.strip()
     if text in ("", ALL):
         return ALL

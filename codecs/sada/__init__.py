@@ -16,7 +16,6 @@ from .codec import (
     PIRAN_REQUEST_PREFIX,
     PiranRequestId,
     channel_identity,
-    detect,
     identity_endpoint,
     new_request_id,
     parse_piran_request_id,
@@ -59,8 +58,11 @@ CODEC = Codec(
     messages=(Intr, Rintr, Req, Rep, Ping, Pong),
     decoder=codec.decode,
     encoder=codec.encode,
-    detector=detect,
+    detector=codec.detect,
 )
 
+# The registry's methods, which check their input: the module's detect too, so that
+# nfgate.codecs.<name>.detect(None) is a DecodeError, as codecs.get(name).detect(None).
 decode = CODEC.decode
 encode = CODEC.encode
+detect = CODEC.detect

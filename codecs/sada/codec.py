@@ -422,8 +422,10 @@ def identity_endpoint(identity: bytes) -> str:
 
     ``b"tcp://10.0.0.1:5055"`` and ``b"10.0.0.1:5055"`` both give
     ``"tcp://10.0.0.1:5055"``; an IPv6 host gets its brackets back. Raises
-    :class:`DecodeError` when the identity is not such an address.
+    :class:`DecodeError` when the identity is not such an address (or not bytes).
     """
+    if type(identity) is not bytes:
+        raise DecodeError(NAME, f"channel identity must be bytes, not {type(identity).__name__}")
     text = printable(NAME, identity, "channel identity")
     try:
         host, port = _host_port(text)
