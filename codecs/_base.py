@@ -16,7 +16,7 @@ from typing import Any, ClassVar, TypeVar
 import attrs
 import cattrs
 
-from nfgate.errors import ConfigError, DecodeError
+from nfgate.errors import ConfigError, DecodeError, EncodeError
 from nfgate.frames import bytes_tuple, check_bytes_tuple
 
 __all__ = [
@@ -114,6 +114,8 @@ class Codec:
 
     def message_type(self, type_name: str) -> type[Message]:
         """The message class for a spec command name; raises :class:`ConfigError`."""
+        if not isinstance(type_name, str):
+            raise ConfigError(f"{self.name}: a message type is a string, not {type(type_name).__name__}")
         found = self._types.get(type_name.upper())
         if found is None:
             known = ", ".join(sorted(self._types))
@@ -123,8 +125,12 @@ class Codec:
     def to_json(self, message: Message, dialect: str | None = None) -> dict[str, Any]:
         """The JSON form: ``protocol``, ``dialect``, ``type``, then the fields (bytes as hex).
 
-        ``dialect=None`` is the spec's; raises :class:`ConfigError` for an unknown name.
+        ``dialect=None`` is the spec's; raises :class:`ConfigError` for an unknown name,
+        :class:`EncodeError` for anything but one of this codec's messages (another
+        protocol's would be labelled as this one's).
         """
+        if not isinstance(message, self.messages):
+            raise EncodeError(self.name, f"not a {self.name} message: {type(message).__name__}")
         body = _CONVERTER.unstructure(message)
         return {
             "protocol": self.name,

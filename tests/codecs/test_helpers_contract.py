@@ -10,7 +10,7 @@ import pytest
 
 from nfgate import codecs
 from nfgate.codecs import dbp, dcp, memodb, nfp, sada
-from nfgate.errors import ConfigError, DecodeError
+from nfgate.errors import ConfigError, DecodeError, EncodeError
 
 NOT_FRAMES: list[Any] = [None, 0, 1.5, object(), [1, 2, 3], "frames"]
 
@@ -69,3 +69,15 @@ def test_the_other_public_helpers_raise_only_the_projects_errors() -> None:
     with pytest.raises(DecodeError, match="channel identity must be bytes"):
         sada.identity_endpoint(None)  # type: ignore[arg-type]
     assert sada.identity_endpoint(b"10.0.0.1:5055") == "tcp://10.0.0.1:5055"
+
+
+def test_the_json_helpers_refuse_what_is_not_theirs() -> None:
+    nfp_codec = codecs.get("nfp")
+    with pytest.raises(ConfigError, match="a message type is a string"):
+        nfp_codec.message_type(None)  # type: ignore[arg-type]
+    # Another protocol's message was written out labelled as an NFP one.
+    with pytest.raises(EncodeError, match="not a nfp message: Ping"):
+        nfp_codec.to_json(dcp.Ping())
+    with pytest.raises(EncodeError, match="not a nfp message: object"):
+        nfp_codec.to_json(object())  # type: ignore[arg-type]
+    assert nfp_codec.to_json(nfp.Ready(service="echo"))["type"] == "READY"
