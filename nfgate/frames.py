@@ -15,7 +15,13 @@ EMPTY_FRAME = "-"  # how an empty frame is written in hex form (`nfgate decode` 
 
 
 def bytes_tuple(value: Iterable[bytes]) -> tuple[bytes, ...]:
-    """attrs converter: any iterable of frames to a tuple (frozen classes hold tuples)."""
+    """attrs converter: any iterable of frames to a tuple (frozen classes hold tuples).
+
+    Raises ``TypeError`` for a single byte string or text: iterated, ``b""`` would
+    quietly become no frame at all and ``b"ab"`` a tuple of ints.
+    """
+    if isinstance(value, bytes | bytearray | memoryview | str):
+        raise TypeError(f"expected a sequence of frames, got a single {type(value).__name__}")
     return tuple(value)
 
 

@@ -81,3 +81,13 @@ def test_the_json_helpers_refuse_what_is_not_theirs() -> None:
     with pytest.raises(EncodeError, match="not a nfp message: object"):
         nfp_codec.to_json(object())  # type: ignore[arg-type]
     assert nfp_codec.to_json(nfp.Ready(service="echo"))["type"] == "READY"
+
+
+@pytest.mark.parametrize("single", [b"", b"ab", "ab", bytearray(b"ab")], ids=repr)
+def test_a_frames_field_given_one_byte_string_is_refused_not_iterated(single: Any) -> None:
+    # data=b"" quietly became no frame at all, and b"ab" failed as "must hold bytes, got int".
+    with pytest.raises(TypeError, match="expected a sequence of frames, got a single"):
+        dcp.Request(service=b"s", data=single)
+    with pytest.raises(TypeError, match="expected a sequence of frames, got a single"):
+        nfp.Post(header=nfp.CLIENT, service="echo", target="any", uuid="u", body=single)
+    assert dcp.Request(service=b"s", data=[b""]).data == (b"",)
