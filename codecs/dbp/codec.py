@@ -301,7 +301,8 @@ def service_info(source: Registration | Update | Reply | bytes | Sequence[bytes]
     The Hermes registration form ``{"name", "interfaces": {"router": {"ip", "port"}},
     ...}`` is normalised to the spec form: ``ip`` and ``port`` are copied from
     ``interfaces.router`` unless already present. Every key is kept. Raises
-    :class:`DecodeError` when the bytes are not UTF-8 JSON or not a JSON object.
+    :class:`DecodeError` when the bytes are not UTF-8 JSON or not a JSON object, or
+    ``source`` is none of the above.
     """
     if isinstance(source, Reply):
         data = source.info
@@ -310,7 +311,16 @@ def service_info(source: Registration | Update | Reply | bytes | Sequence[bytes]
     elif isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
     else:
-        data = b"".join(bytes(frame) for frame in source)
+        try:
+            frames = list(source)
+        except TypeError:
+            raise DecodeError(
+                NAME, f"service information must be bytes or frames, not {type(source).__name__}"
+            ) from None
+        if not all(isinstance(frame, (bytes, bytearray, memoryview)) for frame in frames):
+            # bytes(n) of an int would be n zero bytes: refused, not allocated.
+            raise DecodeError(NAME, "service information frames must be bytes")
+        data = b"".join(bytes(frame) for frame in frames)
     try:
         obj = load_json(data.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
     except UnicodeDecodeError:

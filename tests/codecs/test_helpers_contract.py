@@ -91,3 +91,11 @@ def test_a_frames_field_given_one_byte_string_is_refused_not_iterated(single: An
     with pytest.raises(TypeError, match="expected a sequence of frames, got a single"):
         nfp.Post(header=nfp.CLIENT, service="echo", target="any", uuid="u", body=single)
     assert dcp.Request(service=b"s", data=[b""]).data == (b"",)
+
+
+@pytest.mark.parametrize("bad", [None, 5, [5], [10**12], ["{}"]], ids=repr)
+def test_service_info_refuses_what_is_not_bytes_or_frames(bad: Any) -> None:
+    # [10**12] would have been bytes(10**12): a terabyte of zeros.
+    with pytest.raises(DecodeError, match="service information"):
+        dbp.service_info(bad)
+    assert dbp.service_info([b'{"name":', b'"x"}']) == {"name": "x"}
