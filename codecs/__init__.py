@@ -68,7 +68,9 @@ def names() -> list[str]:
 def get(name: str) -> Codec:
     """The codec registered as ``name``; raises :class:`ConfigError` if there is none."""
     if not isinstance(name, str):  # a list would be a TypeError from the dict lookups
-        raise ConfigError(f"a protocol name is a string, not {type(name).__name__}")
+        raise ConfigError(
+            f"unknown protocol {name!r}: a protocol name is a string, not {type(name).__name__}"
+        )
     if name in _cache:
         return _cache[name]
     if name in _BUILTIN:
