@@ -23,6 +23,7 @@ from nfgate import codecs as codec_registry
 from nfgate.conformance.context import CaseContext, Received, Wire
 from nfgate.conformance.model import Case, Clause, RunOptions
 from nfgate.errors import ConfigError
+from nfgate.transports.zmq import wants_ipv6
 
 __all__ = ["Role", "Session", "find_role", "roles", "select"]
 
@@ -44,6 +45,10 @@ class Session:
         self.dialect = dialect
         self.wire = Wire(codec=codec_registry.get(role.codec), dialect=dialect)
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        if wants_ipv6(options.endpoint):
+            # Every socket of the run meets the peer at that address (tcp://[::1]:5555):
+            # libzmq refuses an IPv6 address on a socket without ZMQ_IPV6.
+            self.context.setsockopt(zmq.IPV6, 1)
         self.state: dict[str, Any] = {}
         # Called on every wait of every case: the session's own heartbeats (worker roles).
         self.pumps: list[Callable[[CaseContext], None]] = []

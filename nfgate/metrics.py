@@ -16,6 +16,7 @@ and ``nfgate_edge_message_failures_total{...}`` for the messages each edge moved
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -148,6 +149,16 @@ Probe = Callable[[], tuple[int, str]]
 """A health probe: (HTTP status, one line saying why)."""
 
 
+class _Server6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def _server_for(host: str) -> type[ThreadingHTTPServer]:
+    """The server class for ``host``: IPv6 for an IPv6 address (``http://[::1]:9464``;
+    urlsplit hands it over without brackets), IPv4 otherwise. Raises nothing."""
+    return _Server6 if ":" in host else ThreadingHTTPServer
+
+
 class MetricsServer:
     """``GET /metrics`` on a daemon thread, rendering ``page()`` per scrape, and each of
     ``probes`` (path -> :data:`Probe`, e.g. ``/healthz``) as a status and a line of text.
@@ -182,11 +193,12 @@ class MetricsServer:
                 log.debug("metrics: " + format, *args)  # scrapes are not INFO news
 
         try:
-            self._httpd = ThreadingHTTPServer((host, port), Handler)
+            self._httpd = _server_for(host)((host, port), Handler)
         except OSError as exc:
             raise TransportError(f"cannot bind metrics on {url}: {exc.strerror or exc}") from None
         self._httpd.daemon_threads = True
-        self.url = f"http://{host}:{self._httpd.server_address[1]}/metrics"
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{self._httpd.server_address[1]}/metrics"
         # shutdown() waits for serve_forever to look at its flag, once per poll_interval
         # (0.5 s by default): every stop of the gateway waited that long for it.
         self._thread = threading.Thread(

@@ -1,4 +1,4 @@
-"""UDP transport: one bound, non-blocking IPv4 datagram socket.
+"""UDP transport: one bound, non-blocking datagram socket (IPv4, or IPv6 for an IPv6 host).
 
 It owns the socket and nothing else: which bytes a datagram carries (DBP heartbeats,
 the catalog beacon) is the codec's business. The gateway polls :meth:`UdpEndpoint.fileno`
@@ -32,14 +32,15 @@ class UdpEndpoint:
     """A UDP socket bound to ``(host, port)`` (port 0: the system picks one).
 
     Raises :class:`TransportError` with a one-line reason when the address cannot be
-    bound (e.g. the port is in use, or the host is not an IPv4 address of this machine).
+    bound (e.g. the port is in use, or the host is not an address of this machine). A
+    host with a ``:`` (``::1``) is IPv6, any other IPv4.
     """
 
     capture_kind = "udp"
     tap: Tap | None = None  # set by nfgate.capture when --capture is on
 
     def __init__(self, host: str, port: int, *, broadcast: bool = False) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
         try:
             sock.setblocking(False)
             if broadcast:  # the beacon may be sent to a broadcast address when the user asks
@@ -58,7 +59,8 @@ class UdpEndpoint:
 
     @property
     def endpoint(self) -> str:
-        return f"udp://{self.address[0]}:{self.address[1]}"
+        host, port = self.address
+        return f"udp://[{host}]:{port}" if ":" in host else f"udp://{host}:{port}"
 
     def fileno(self) -> int:
         return self.socket.fileno()

@@ -41,7 +41,15 @@ def identity_lasts(identity: bytes) -> bool:
     return len(identity) != 5 or identity[0] != 0
 
 
-__all__ = ["Limits", "RouterEndpoint", "connect_dealer", "identity_label", "identity_lasts"]
+__all__ = [
+    "Limits",
+    "RouterEndpoint",
+    "allow_ipv6",
+    "connect_dealer",
+    "identity_label",
+    "identity_lasts",
+    "wants_ipv6",
+]
 
 log = logging.getLogger("nfgate.transports.zmq")
 
@@ -118,6 +126,7 @@ class RouterEndpoint:
         sock.setsockopt(zmq.RCVHWM, self.limits.high_water_mark)
         if curve is not None:
             self.curve_guard = enable_server(sock, curve, domain or url)
+        allow_ipv6(sock, url)
         try:
             sock.bind(url)
         except zmq.ZMQError as exc:
@@ -253,6 +262,25 @@ class RouterEndpoint:
         self.socket.close(CLOSE_LINGER_MS)
 
 
+def wants_ipv6(url: str) -> bool:
+    """True when ``url``'s host is a bracketed IPv6 address (``tcp://[::1]:5555``,
+    ``tcp://[::]:5555`` for every address of both families). Raises nothing."""
+    return "://[" in url
+
+
+def allow_ipv6(sock: zmq.Socket[bytes], url: str) -> None:
+    """Turn on ``ZMQ_IPV6`` on ``sock`` when :func:`wants_ipv6` (``url``); raises nothing.
+
+    Without it libzmq refuses an IPv6 address with "No such device". It is not turned
+    on for every socket: with it a host *name* resolves to its IPv6 address first, so
+    ``tcp://localhost:5555`` would bind ``::1`` alone and IPv4 peers of 127.0.0.1, which
+    reach it today, would not. ``tcp://[::]:5555`` takes both families (libzmq clears
+    ``IPV6_V6ONLY``).
+    """
+    if wants_ipv6(url):
+        sock.setsockopt(zmq.IPV6, 1)
+
+
 def connect_dealer(
     context: zmq.Context[zmq.Socket[bytes]], url: str, identity: bytes | None = None
 ) -> zmq.Socket[bytes]:
@@ -261,5 +289,6 @@ def connect_dealer(
     sock.setsockopt(zmq.LINGER, 0)
     if identity is not None:
         sock.setsockopt(zmq.IDENTITY, identity)
+    allow_ipv6(sock, url)
     sock.connect(url)
     return sock

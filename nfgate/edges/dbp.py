@@ -152,8 +152,11 @@ class DbpEdge(RouterEdge):
             raise TransportError(f"cannot resolve the beacon address {beacon[0]!r}: {exc}") from None
         loopback = ipaddress.IPv4Address(target[0]).is_loopback
         udp = self.udp
-        if udp is not None and (
-            udp.address[0] == "0.0.0.0" or ipaddress.IPv4Address(udp.address[0]).is_loopback == loopback
+        # The beacon is IPv4 (a broadcast): a heartbeat socket on IPv6 cannot send it.
+        if (
+            udp is not None
+            and ":" not in udp.address[0]
+            and (udp.address[0] == "0.0.0.0" or ipaddress.IPv4Address(udp.address[0]).is_loopback == loopback)
         ):
             return target, udp
         return target, UdpEndpoint("127.0.0.1" if loopback else "0.0.0.0", 0, broadcast=True)

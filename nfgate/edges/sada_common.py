@@ -15,7 +15,7 @@ from nfgate.codecs.sada import payload as msgpack_payload
 from nfgate.codecs.sada.messages import PROTO_ASCII, Rep
 from nfgate.errors import TransportError
 from nfgate.model import Action, ServiceRef, Status
-from nfgate.transports.zmq import Limits, RouterEndpoint
+from nfgate.transports.zmq import Limits, RouterEndpoint, allow_ipv6
 
 if TYPE_CHECKING:
     from nfgate.model import Request
@@ -73,6 +73,7 @@ def connect(endpoint: RouterEndpoint, url: str, alias: bytes) -> None:
     restarts (libzmq reconnects by itself). Raises :class:`TransportError`."""
     try:
         endpoint.socket.setsockopt(zmq.CONNECT_ROUTING_ID, alias)
+        allow_ipv6(endpoint.socket, url)
         endpoint.socket.connect(url)
     except zmq.ZMQError as exc:
         raise TransportError(f"cannot connect to {url}: {exc.strerror}") from None

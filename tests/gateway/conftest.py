@@ -54,7 +54,10 @@ class Running:
             sock.close(0)
 
 
-def start_gateway(tmp_path: Path, toml: str = "", **kwargs: object) -> Running:
+def start_gateway(
+    tmp_path: Path, toml: str = "", *, binds: list[tuple[str, str]] | None = None, **kwargs: object
+) -> Running:
+    """A gateway on ``binds`` (default: every edge on a random port of 127.0.0.1)."""
     config = None
     if toml:
         config = tmp_path / "nfgate.toml"
@@ -62,7 +65,7 @@ def start_gateway(tmp_path: Path, toml: str = "", **kwargs: object) -> Running:
     cfg = load(
         config,
         data_dir=tmp_path / "data",
-        binds=random_binds(),
+        binds=random_binds() if binds is None else binds,
         **kwargs,  # type: ignore[arg-type]
     )
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
