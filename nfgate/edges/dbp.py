@@ -64,6 +64,9 @@ from nfgate.transports.udp import Address, UdpEndpoint, parse_address
 
 __all__ = ["DbpEdge", "make"]
 
+# The service commands whose connection the edge notes (RouterEdge.note_connection).
+_BY_CONNECTION = frozenset({DbpRegistration.TYPE, wire.Heartbeat.TYPE})
+
 log = logging.getLogger("nfgate.edge.dbp")
 
 MAX_SERVICES = 10_000  # registered at once; beyond it a registration is DENIED
@@ -99,6 +102,7 @@ class DbpEdge(RouterEdge):
         "updated",
     )
     wire: ClassVar[WireCodec] = wire
+    watches_connections = True
 
     def __init__(
         self,
@@ -190,6 +194,7 @@ class DbpEdge(RouterEdge):
                     self.internal_error(f"{sender[0]}:{sender[1]}".encode())
             if len(batch) == budget:
                 self.drained = False  # more datagrams may be waiting
+        out.extend(self.lost_messages())
         return out
 
     def dialect_of(self, address: bytes, frames: list[bytes]) -> str:
@@ -209,6 +214,17 @@ class DbpEdge(RouterEdge):
         self, address: bytes, message: Message, dialect: str, now: int, out: list[Command]
     ) -> None:
         svc = self._services.get(address)
+        if message.TYPE in _BY_CONNECTION:
+            if svc is None:
+                renamed, closed = self.leftover(address)
+                out.extend(closed)
+                if renamed:  # an old connection's beat or registration, under libzmq's new name for it
+                    self.counters["handover_leftovers"] += 1
+                    return
+            elif self.moved(address):
+                # It reconnected before its old connection's closing was read: as if read first.
+                out.extend(self.connection_closed(address))
+                svc = None
         _, action = step(PeerState.SERVICE if svc is not None else PeerState.PEER, message.TYPE)
         peer = self.peer(address)
         if svc is not None and svc.beats is not None and action is not Action.LEAVE:
@@ -230,6 +246,7 @@ class DbpEdge(RouterEdge):
                 self.counters["denied"] += 1
                 self._send(address, wire.Denied(time=time.time(), reasons=(b"not registered",)), dialect)
             case Action.HEARTBEAT, _ if svc is not None:
+                self.note_connection(address)
                 svc.beats_heard += 1
                 if svc.function:
                     out.append(Heartbeat(peer=peer))
@@ -324,6 +341,7 @@ class DbpEdge(RouterEdge):
         changes = self._configure(svc, now)
         self._services[address] = svc
         self._by_name[name] = address
+        self.note_connection(address)
         self.cache.put(name, info)
         self.counters["approved"] += 1
         self._send(address, wire.Approved(time=time.time(), changes=changes), dialect)
@@ -393,6 +411,7 @@ class DbpEdge(RouterEdge):
         """Drop ``svc``: unregister its worker, keep its information as inactive (unless
         ``announce`` is False: it is registering again under the same name)."""
         self._services.pop(svc.address, None)
+        self.forget_connection(svc.address)
         if self._by_name.get(svc.name) == svc.address:
             del self._by_name[svc.name]
             if announce:
@@ -402,6 +421,19 @@ class DbpEdge(RouterEdge):
         if svc.function:
             out.append(Unregister(peer=self.peer(svc.address), reason=reason))
         log.debug("%s: service %r gone: %s", self.name, svc.name, reason)
+
+    def connection_closed(self, address: bytes, reason: str = "its connection closed") -> list[Command]:
+        # A DBP service beating over UDP would still look alive after its connection
+        # went (a process that died; libzmq dropping a reply over max_message_bytes, which
+        # nfgate's JSON envelope makes about a third larger than the body): its request
+        # would wait for ever, its one slot held. A service still running reconnects on
+        # its own and is told DISCONNECT at its next command, after which it registers again.
+        svc = self._services.get(address)
+        if svc is None:
+            return []
+        out: list[Command] = []
+        self._forget(svc, out, reason)
+        return out
 
     # ----------------------------------------------------------------- worker
 

@@ -19,7 +19,7 @@ from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, Keepalive, Post, Response
 
-from .conftest import RECV_MS, Running, beats, nothing, recv, until
+from .conftest import RECV_MS, Running, beats, finish, nothing, recv, start_gateway, until
 from .dbp_helpers import Sock, edge, get, info, now, register, send
 
 pytestmark = pytest.mark.timeout(60)
@@ -306,3 +306,58 @@ def test_a_request_the_core_gave_up_on_does_not_block_the_next(tmp_path: Path) -
         unit.close()
         store.close()
         context.term()
+
+
+def test_a_reply_over_the_size_limit_frees_the_request_and_the_service_comes_back(tmp_path: Path) -> None:
+    """nfgate's JSON envelope carries a binary body as base64, a third larger: a worker's
+    echo of a body under ``max_message_bytes`` can be over it, and libzmq drops the
+    connection it came by. The service, beating over UDP, looked alive: it stayed listed
+    with its one request held, the client got nothing, and so did every later request.
+    Now its connection's closing unregisters it, the request goes on (here: no other
+    worker, so the queue expiry's 408), and the service, told DISCONNECT at its next
+    command, registers again and serves."""
+    toml = "[limits]\nmax_message_bytes = 4000\n[routing]\nqueue_expiry_ms = 500\n"
+    gw = start_gateway(tmp_path, toml)
+    try:
+        worker = register(gw, "big-1", function="big")
+        until(lambda: gw.gateway.router.workers())
+        client = gw.dealer("nfp", b"big-client")
+        job = uuidlib.uuid4().hex
+        client.send_multipart(
+            nfp.encode(
+                Post(header=CLIENT, service="big", target="any", uuid=job, body=(bytes(range(256)) * 12,))
+            )
+        )
+        assert nfp_get(client).status == 202
+        request = get(worker)
+        envelope = json.loads(request.query)
+        assert envelope["encoding"] == "base64" and len(request.query) > 4000
+        send(worker, dbp.Reply(time=now(), info=request.query.encode()))  # the echo: over the limit
+        until(lambda: not gw.gateway.router.workers())
+        final = nfp_get(client)
+        assert isinstance(final, Response) and final.uuid == job and final.status == 408
+        # Its next command is answered DISCONNECT; it registers again and is served.
+        send(worker, dbp.Heartbeat(time=now(), service="big-1"))
+        assert isinstance(get(worker), dbp.Disconnect)
+        send(
+            worker,
+            dbp.Registration(
+                time=now(),
+                info=(dbp.make_info(name="big-1", ip="127.0.0.1", port=9, function="big", heartbeat=30.0),),
+            ),
+        )
+        assert isinstance(get(worker), dbp.Approved)
+        until(lambda: gw.gateway.router.workers())
+        small = uuidlib.uuid4().hex
+        client.send_multipart(
+            nfp.encode(Post(header=CLIENT, service="big", target="any", uuid=small, body=(b"x",)))
+        )
+        assert nfp_get(client).status == 202
+        serve_one(worker)
+        done = nfp_get(client)
+        assert (
+            isinstance(done, Response) and done.uuid == small and done.status == 200 and done.body == (b"X",)
+        )
+        assert edge(gw).counters["connections_closed"] >= 1
+    finally:
+        finish(gw)
