@@ -6,7 +6,7 @@ plain dict swapped by reference), and each scrape renders the latest one. A scra
 therefore at most a second old and costs the loop nothing.
 
 Names: ``nfgate_core_<counter>_total`` for the routing core's counters,
-``nfgate_core_<gauge>`` for its gauges (workers, jobs, queued, in_flight), and
+``nfgate_core_<gauge>`` for its gauges (workers, jobs, queued, in_flight, late), and
 ``nfgate_edge_events_total{edge, protocol, event}`` for what each edge counts (bad input,
 unroutable sends, ...), ``nfgate_edge_<gauge>{edge, protocol}`` for what an edge holds
 now (:data:`EDGE_GAUGES`), and ``nfgate_edge_messages_total{edge, protocol, direction}``
@@ -28,7 +28,7 @@ __all__ = ["EDGE_GAUGES", "GAUGES", "MetricsServer", "Probe", "parse_url", "rend
 
 log = logging.getLogger("nfgate.metrics")
 
-GAUGES = frozenset({"workers", "jobs", "queued", "in_flight", "draining"})
+GAUGES = frozenset({"workers", "jobs", "queued", "in_flight", "late", "draining"})
 # What an edge's stats() holds that goes down as well as up: a gauge, not an event count
 # (a counter that falls reads as a restart to Prometheus's rate()).
 EDGE_GAUGES = {

@@ -117,7 +117,18 @@ class Job:
 class Part:
     """One expected reply of a job; see the module docstring for how jobs split."""
 
-    __slots__ = ("attempts", "bound", "dispatch_seq", "job", "name", "placeholder", "seq", "state", "worker")
+    __slots__ = (
+        "attempts",
+        "avoid",
+        "bound",
+        "dispatch_seq",
+        "job",
+        "name",
+        "placeholder",
+        "seq",
+        "state",
+        "worker",
+    )
 
     def __init__(
         self, job: Job, *, bound: Peer | None = None, name: str | None = None, placeholder: bool = False
@@ -129,10 +140,32 @@ class Part:
         self.placeholder = placeholder  # ALL with no worker yet: split on the first one
         self.worker: Peer | None = None  # who holds it while IN_FLIGHT
         self.attempts = 0  # dispatches so far
-        # Bumped on every dispatch, so a timeout scheduled for an earlier dispatch is
-        # recognised as stale without removing it from the heap.
+        # Bumped on every dispatch and every requeue, so a timer armed for an earlier
+        # dispatch (or an earlier wait for a retry) is recognised as stale without
+        # removing it from the heap.
         self.dispatch_seq = 0
+        # Workers this part must not go to: one still working on it after it timed out
+        # there, until it answers or leaves. None while there is none, which is nearly
+        # always: the dispatch path tests only that.
+        self.avoid: set[Peer] | None = None
         self.seq = 0  # order of (re)queueing, to pick the oldest head among several queues
+
+    def avoids(self, peer: Peer | None) -> bool:
+        """True if this part must not be given to ``peer`` (see ``avoid``)."""
+        return self.avoid is not None and peer in self.avoid
+
+    def shun(self, peer: Peer) -> None:
+        """Keep this part away from ``peer`` until :meth:`unshun`."""
+        if self.avoid is None:
+            self.avoid = {peer}
+        else:
+            self.avoid.add(peer)
+
+    def unshun(self, peer: Peer) -> None:
+        if self.avoid is not None:
+            self.avoid.discard(peer)
+            if not self.avoid:
+                self.avoid = None
 
 
 def advance(part: Part, event: Event) -> PartState:
@@ -191,12 +224,23 @@ class FairQueue:
             self.retry.clear()
             self.clients.clear()
 
-    def peek(self) -> Part | None:
-        """The part :meth:`pop` would return, dropping dead entries on the way."""
-        while self.retry:
-            if self.retry[0].state is PartState.QUEUED:
-                return self.retry[0]
-            self.retry.popleft()
+    def peek(self, peer: Peer | None = None) -> Part | None:
+        """The part :meth:`pop` would return, dropping dead entries on the way;
+        ``peer``: the worker asking, which skips the retries that avoid it."""
+        retry = self.retry
+        while retry:
+            head = retry[0]
+            if head.state is not PartState.QUEUED:
+                retry.popleft()
+                continue
+            if head.avoid is None or peer not in head.avoid:
+                return head
+            # Only a retry can avoid a worker (it timed out there): look past it, or that
+            # worker would take nothing else of this queue.
+            for part in retry:
+                if part.state is PartState.QUEUED and not part.avoids(peer):
+                    return part
+            break
         while self.clients:
             client, fifo = next(iter(self.clients.items()))
             while fifo and fifo[0].state is not PartState.QUEUED:
@@ -206,13 +250,17 @@ class FairQueue:
             del self.clients[client]
         return None
 
-    def pop(self) -> Part | None:
-        """Take the next part: a retry if any, else the head of the next client's FIFO."""
-        part = self.peek()
+    def pop(self, peer: Peer | None = None) -> Part | None:
+        """Take the next part (a retry if any, else the head of the next client's FIFO)
+        that may go to ``peer``."""
+        part = self.peek(peer)
         if part is None:
             return None
-        if self.retry and self.retry[0] is part:
-            self.retry.popleft()
+        retry = self.retry
+        if retry and retry[0] is part:
+            retry.popleft()
+        elif retry and part in retry:
+            retry.remove(part)  # a retry behind one avoiding this worker: a short deque
         else:
             client = part.job.request.reply_to
             fifo = self.clients[client]
@@ -287,6 +335,7 @@ class WorkerState:
         "base",
         "capacity",
         "in_flight",
+        "late",
         "name",
         "name_lasts",
         "names",
@@ -306,6 +355,10 @@ class WorkerState:
         self.base = self.capacity = 0  # as registered; capacity adds slots granted by heartbeats
         self.reoffer(reg)
         self.in_flight: dict[int, Part] = {}  # one part per job at most: keyed by job id
+        # Parts that timed out here, by job id. The worker is still working on them (a
+        # NFP worker "handles at most one request a time", DBP is synchronous): each keeps
+        # its slot taken until the worker answers (the answer is dropped) or leaves.
+        self.late: dict[int, Part] = {}
         self.backlog = Waitlist()
         self.timeout = timeout
 
@@ -340,7 +393,13 @@ class WorkerState:
 
     @property
     def free(self) -> bool:
-        return self.capacity > len(self.in_flight)
+        return self.capacity > len(self.in_flight) + len(self.late)
+
+    @property
+    def stuck(self) -> bool:
+        """True when every slot is taken by a request that timed out here: the worker
+        may never answer, so nothing waits for it as for a busy worker."""
+        return bool(self.late) and self.capacity <= len(self.late)
 
 
 # --------------------------------------------------------------- the core's indexes
@@ -362,7 +421,7 @@ def best_queue(queues: Queues, w: WorkerState) -> tuple[int, str, str | None] | 
         for version, queue in by_version.items():
             if not w.offers_version(name, version):
                 continue
-            head = queue.peek()
+            head = queue.peek(w.peer)
             if head is not None and (best is None or head.seq < best[0]):
                 best = (head.seq, name, version)
     return best

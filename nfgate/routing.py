@@ -62,6 +62,9 @@ from nfgate.routing_workers import WorkerSide
 
 __all__ = ["Router"]  # its configuration and outputs: nfgate.routing_types
 
+# The states in which a part's timer (of its dispatch, or of a retry's wait) can fire.
+_TIMED = frozenset({PartState.IN_FLIGHT, PartState.QUEUED})
+
 # Worker changes kept for a reader that has not taken them yet: the gateway takes them
 # after every iteration, which reads at most 256 messages per edge (gateway.BATCH); a
 # core driven without a reader (tests, the path bench) stays bounded.
@@ -159,15 +162,13 @@ class Router(WorkerSide):
         heap = self._timeouts
         while heap and heap[0][0] <= now_ms:
             _, _, dseq, part = heapq.heappop(heap)
-            if part.state is not PartState.IN_FLIGHT or part.dispatch_seq != dseq or part.worker is None:
-                continue  # answered, re-dispatched or cancelled since
-            w = self._workers[part.worker]
-            del w.in_flight[part.job.request.id]
-            self._stats["timeouts"] += 1
-            self._lost(
-                part, now_ms, out, Status.GATEWAY_TIMEOUT, "worker timed out", timeout=True, name=w.name
-            )
-            self._feed(w, now_ms, out)
+            if part.dispatch_seq != dseq:
+                continue  # dispatched again or re-queued since
+            if part.state is PartState.IN_FLIGHT and part.worker is not None:
+                self._timed_out(part, self._workers[part.worker], now_ms, out)
+            elif part.state is PartState.QUEUED:
+                self._retry_waited(part, now_ms, out)
+            # else answered, failed or cancelled since
         return out
 
     def next_deadline(self) -> int | None:
@@ -187,7 +188,7 @@ class Router(WorkerSide):
         heap = self._timeouts
         while heap:
             due, _, dseq, part = heap[0]
-            if part.state is PartState.IN_FLIGHT and part.dispatch_seq == dseq:
+            if part.dispatch_seq == dseq and part.state in _TIMED:
                 best = due if best is None else min(best, due)
                 break
             heapq.heappop(heap)  # stale: drop it now so it does not wake the loop
@@ -281,7 +282,10 @@ class Router(WorkerSide):
         ref = part.job.request.service
         free = self._free.get(ref.name)
         if free:
+            avoid = part.avoid
             for peer in free:
+                if avoid is not None and peer in avoid:
+                    continue  # still working on this request
                 w = self._workers[peer]
                 if w.offers(ref):
                     self._dispatch(part, w, now, out)
@@ -375,6 +379,12 @@ class Router(WorkerSide):
             heapq.heappush(self._timeouts, (now + req.timeout_ms, self._seq, part.dispatch_seq, part))
         out.append(Dispatch(worker=w.peer, request=req, attempt=part.attempts))
 
+    def _arm(self, part: Part, now: int) -> None:
+        """Time a retry's wait in the queue (see :meth:`_retry_waited`)."""
+        self._seq += 1
+        due = now + (part.job.request.timeout_ms or 0)
+        heapq.heappush(self._timeouts, (due, self._seq, part.dispatch_seq, part))
+
     def _feed(self, w: WorkerState, now: int, out: list[Output]) -> None:
         """Give a worker work while it has free slots, oldest waiting part first.
 
@@ -386,7 +396,7 @@ class Router(WorkerSide):
             bound = w.backlog.peek()
             shared = best_queue(self._queues, w)
             if shared is not None and (bound is None or shared[0] < bound.seq):
-                part = self._pop_queue(shared[1], shared[2])
+                part = self._pop_queue(shared[1], shared[2], w.peer)
             elif bound is not None:
                 part = bound
                 w.backlog.pop()
@@ -396,8 +406,8 @@ class Router(WorkerSide):
             used = True
         mark_free(self._free, w, used=used)
 
-    def _pop_queue(self, name: str, version: str | None) -> Part:
-        part = self._queues[name][version].pop()
+    def _pop_queue(self, name: str, version: str | None, peer: Peer) -> Part:
+        part = self._queues[name][version].pop(peer)
         if part is None:  # pragma: no cover - best_queue just saw a live head
             raise StateError("core", f"queue {name}/{version} emptied under us")
         self._prune_queue(name, version)
@@ -430,13 +440,14 @@ class Router(WorkerSide):
         name: str = "",
     ) -> None:
         """An in-flight part lost its worker (already removed from its in_flight), whose
-        ``name`` an error reply carries."""
+        ``name`` an error reply carries; ``timeout``: it timed out there."""
         part.worker = None
         all_part = part.name is None and part.bound is not None
         if all_part or (timeout and part.name is not None) or part.attempts > self._cfg.max_redispatch:
             self._finish(part, Event.FAIL, status, reason, out, name)
             return
         advance(part, Event.REQUEUE)
+        part.dispatch_seq += 1  # the timer of the dispatch it lost is stale now
         if part.name is not None:
             part.bound = None
             self._enqueue(part, now)
@@ -444,6 +455,43 @@ class Router(WorkerSide):
                 self._feed(self._workers[part.bound], now, out)
         else:
             self._place_any(part, now, out, retry=True)
+            if timeout and part.state is PartState.QUEUED:
+                # No other worker free: the retry waits, but not on the worker that
+                # timed out (which may never answer) past the request's own timeout.
+                self._arm(part, now)
+
+    def _timed_out(self, part: Part, w: WorkerState, now: int, out: list[Output]) -> None:
+        """``part``'s timeout passed at its worker: retry it elsewhere, or fail it (504).
+
+        The worker is not told (no protocol has a way to) and, as far as anyone knows,
+        is still working on it: an NFP worker "will handle at most one request a time",
+        a DBP service is synchronous, a DCP worker gets no more "until it has responded".
+        So the request keeps its slot there (``late``) until the worker answers, whose
+        answer is dropped, or leaves; and the retry is kept away from it meanwhile.
+        """
+        rid = part.job.request.id
+        del w.in_flight[rid]
+        w.late[rid] = part
+        part.shun(w.peer)
+        self._stats["timeouts"] += 1
+        self._lost(part, now, out, Status.GATEWAY_TIMEOUT, "worker timed out", timeout=True, name=w.name)
+
+    def _retry_waited(self, part: Part, now: int, out: list[Output]) -> None:
+        """The retry of a timed-out request waited its timeout in the queue. With no
+        worker left that may take it (only the one it timed out at, workers stuck on
+        timed-out requests of their own, or none at all) it fails 504 now, not at the
+        queue expiry: the worker did time out and no other could retry it. While one
+        that is only busy is there, it waits on like any queued request."""
+        if views.has_server(part, self._workers, self._providers):
+            return
+        self._unqueue(part)
+        self._finish(
+            part,
+            Event.FAIL,
+            Status.GATEWAY_TIMEOUT,
+            "worker timed out, and no other worker took the retry",
+            out,
+        )
 
     # ------------------------------------------------------------------- replies
 
@@ -451,7 +499,10 @@ class Router(WorkerSide):
         w = self._workers.get(cmd.worker) if cmd.worker is not None else None
         part = w.in_flight.get(cmd.id) if w is not None else None
         if w is None or part is None:
-            # Not given to this worker, already answered, or timed out: drop it.
+            if w is not None and cmd.id in w.late:
+                self._late_answer(w, cmd.id, now, out, interim=cmd.interim)
+                return
+            # Not given to this worker, or already answered: drop it.
             self._stats["unknown_replies"] += 1
             return
         self._touch(w, now)
@@ -474,10 +525,27 @@ class Router(WorkerSide):
             w.capacity -= 1  # the slot a heartbeat granted is spent
         self._feed(w, now, out)
 
+    def _late_answer(self, w: WorkerState, rid: int, now: int, out: list[Output], *, interim: bool) -> None:
+        """``w`` answers request ``rid`` after it timed out there: the request was retried
+        or failed since, so the answer is dropped (counted); a final one frees the slot."""
+        self._touch(w, now)
+        self._stats["late_replies"] += 1
+        if interim:
+            return  # still working on it
+        w.late.pop(rid).unshun(w.peer)  # done with it: a retry may go there again
+        if w.capacity > w.base:
+            w.capacity -= 1  # as for any reply: the slot a heartbeat granted is spent
+        self._feed(w, now, out)
+
     def _forward(self, cmd: Forward, now: int, out: list[Output]) -> None:
         w = self._workers.get(cmd.worker)
         part = w.in_flight.get(cmd.id) if w is not None else None
         if w is None or part is None:
+            if w is not None and cmd.id in w.late:
+                # Handed on after it timed out here: the retry serves the client, and
+                # this is the worker's late answer.
+                self._late_answer(w, cmd.id, now, out, interim=False)
+                return
             self._stats["unknown_forwards"] += 1
             return
         self._touch(w, now)

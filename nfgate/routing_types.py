@@ -28,6 +28,7 @@ COUNTERS: Final = (
     "failed",
     "cancelled",
     "unknown_replies",
+    "late_replies",
     "unknown_heartbeats",
     "unknown_cancels",
     "workers_registered",
@@ -139,7 +140,12 @@ class Abort:
 
 @attrs.frozen(kw_only=True)
 class WorkerInfo:
-    """One registered worker as :meth:`nfgate.routing.Router.workers` reports it."""
+    """One registered worker as :meth:`nfgate.routing.Router.workers` reports it.
+
+    ``in_flight`` is how many requests it holds, the slots taken of its ``capacity``;
+    ``late`` how many of those timed out there: it is still working on them as far as
+    the core knows, and its answers to them will be dropped.
+    """
 
     peer: Peer
     name: str
@@ -149,6 +155,7 @@ class WorkerInfo:
     since_ms: int
     last_seen_ms: int
     timeout_ms: int
+    late: int = 0
 
 
 @attrs.frozen(kw_only=True)

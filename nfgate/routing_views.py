@@ -20,13 +20,16 @@ __all__ = ["catalog", "has_server", "stats", "worker_infos"]
 def stats(
     counters: Mapping[str, int], workers: Collection[WorkerState], jobs: int, queued: int
 ) -> dict[str, int]:
-    """The core's counters plus its gauges (workers, jobs, queued, in_flight)."""
+    """The core's counters plus its gauges (workers, jobs, queued, in_flight, late):
+    ``in_flight`` counts the requests workers hold that the core still waits for (what
+    a drain waits for); ``late``, those that timed out and still take a worker's slot."""
     return {
         **counters,
         "workers": len(workers),
         "jobs": jobs,
         "queued": queued,
         "in_flight": sum(len(w.in_flight) for w in workers),
+        "late": sum(len(w.late) for w in workers),
     }
 
 
@@ -35,13 +38,20 @@ def has_server(
 ) -> bool:
     """True when a registered worker could take the queued ``part`` once it is free:
     the worker it is bound to, or one offering its service. A part waiting for a worker
-    name or for a service's first worker (target ``all``) has none."""
+    name or for a service's first worker (target ``all``) has none. A worker the part
+    avoids does not count, nor one whose every slot holds a request that timed out there
+    (:attr:`WorkerState.stuck`): it may never answer, and a request must not wait for
+    it as for a worker busy with a long job."""
     if part.bound is not None:
-        return True
+        return not workers[part.bound].stuck
     if part.name is not None or part.placeholder:
         return False
     ref = part.job.request.service
-    return any(workers[peer].offers(ref) for peer in providers.get(ref.name, ()))
+    for peer in providers.get(ref.name, ()):
+        w = workers[peer]
+        if w.offers(ref) and not w.stuck and not part.avoids(peer):
+            return True
+    return False
 
 
 def worker_infos(
@@ -54,7 +64,8 @@ def worker_infos(
             peer=w.peer,
             name=w.name,
             services=w.services,
-            in_flight=len(w.in_flight),
+            in_flight=len(w.in_flight) + len(w.late),
+            late=len(w.late),
             capacity=w.capacity,
             since_ms=w.since,
             timeout_ms=w.timeout,

@@ -88,7 +88,7 @@ class WorkerSide:
             and cmd.peer.protocol in self._cfg.heartbeat_grants_slot
             and w.capacity < self._cfg.max_in_flight_per_worker
         ):
-            w.capacity = len(w.in_flight) + 1
+            w.capacity = len(w.in_flight) + len(w.late) + 1
             self._feed(w, now, out)
 
     def _register(self, cmd: Register, now: int, out: list[Output]) -> None:
@@ -170,6 +170,9 @@ class WorkerSide:
                 self._waiting.pop(part)
                 self._uncount(part.job.request.service.name)
                 self._finish(part, Event.FAIL, Status.ERROR, "worker left", out, w.name)
+        for part in w.late.values():
+            part.unshun(peer)  # a worker that comes back under this peer has forgotten it
+        w.late.clear()
         parts = list(w.in_flight.values())
         w.in_flight.clear()
         for part in parts:

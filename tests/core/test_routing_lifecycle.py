@@ -227,8 +227,8 @@ def test_request_timeout_504_after_retries() -> None:
     out = r.tick(50)
     assert dispatched(out) == [(W2, rid)]  # the slow worker is used last
     assert r.stats()["timeouts"] == 1
-    assert answer(r, W1, rid, 60) == []  # late: counted, ignored
-    assert r.stats()["unknown_replies"] == 1
+    assert answer(r, W1, rid, 60) == []  # late: counted, dropped; W1's slot is free again
+    assert r.stats()["late_replies"] == 1 and r.stats()["unknown_replies"] == 0
     (d,) = of(r.tick(100), Deliver)
     assert d.reply.status == 504 and d.final
 
@@ -368,13 +368,16 @@ def test_next_deadline_is_the_earliest_of_everything() -> None:
     rid, _ = submit(r, req(timeout_ms=100), 650)  # in flight at W1 until 750
     assert r.next_deadline() == 750
     out = r.tick(750)
-    assert dispatched(out) == [(W1, rid)]  # the only worker gets its retry
-    assert r.next_deadline() == 850
-    answer(r, W1, rid, 800)  # refreshes W1 too: liveness at 1100
+    assert dispatched(out) == []  # W1 still holds it (late): the retry waits for a worker,
+    assert r.next_deadline() == 850  # at most its own timeout
+    out = answer(r, W1, rid, 800)  # the late answer is dropped; the freed W1 takes the retry
+    assert dispatched(out) == [(W1, rid)] and not of(out, Deliver)
+    assert r.next_deadline() == 900
+    answer(r, W1, rid, 850)  # refreshes W1 too: liveness at 1150
     assert r.next_deadline() == 1_000
     assert of(r.tick(1_000), Deliver)[0].reply.status == 408
-    assert r.next_deadline() == 1_100
-    assert of(r.tick(1_100), Evict)
+    assert r.next_deadline() == 1_150
+    assert of(r.tick(1_150), Evict)
     assert r.next_deadline() is None
 
 

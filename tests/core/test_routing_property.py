@@ -25,7 +25,8 @@ SERVICES = ("a", "b")
 class NeverLoseARequest(RuleBasedStateMachine):
     """Random interleavings: every accepted request ends with exactly one final Deliver,
     its terminal Delivers counting ``remaining`` down by one; nothing is sent to a worker
-    that is not registered, and nothing follows a final Deliver."""
+    that is not registered, nor to a worker still holding that request (timed out there
+    and not answered yet), and nothing follows a final Deliver."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -43,6 +44,15 @@ class NeverLoseARequest(RuleBasedStateMachine):
         self.done: set[int] = set()
         self.held: set[tuple[Peer, int]] = set()  # what workers were given, as they see it
 
+    def step(self, out: list[Any]) -> None:
+        """What the core answered one command with; first, the workers it dropped (a
+        worker that registers again as another worker forgets what it held)."""
+        while self.router.changes:
+            change = self.router.changes.popleft()
+            if not change.joined:
+                self.held = {h for h in self.held if h[0] != change.peer}
+        self.feed(out)
+
     def feed(self, out: list[Any]) -> None:
         for o in out:
             if isinstance(o, Accepted):
@@ -51,6 +61,7 @@ class NeverLoseARequest(RuleBasedStateMachine):
             elif isinstance(o, Dispatch):
                 assert o.worker in self.registered
                 assert o.request.id in self.open
+                assert (o.worker, o.request.id) not in self.held, "given again to a worker holding it"
                 self.held.add((o.worker, o.request.id))
             elif isinstance(o, Deliver):
                 rid = o.reply.id
@@ -82,19 +93,19 @@ class NeverLoseARequest(RuleBasedStateMachine):
         peer = PEERS[i]
         refs = tuple(svc(s) for s in sorted(services))
         self.registered.add(peer)
-        self.feed(
+        self.step(
             self.router.handle(Register(peer=peer, services=refs, capacity=capacity, name=NAMES[i]), self.now)
         )
 
     @rule(i=st.integers(0, 2))
     def unregister(self, i: int) -> None:
-        self.feed(self.router.handle(Unregister(peer=PEERS[i]), self.now))
+        self.step(self.router.handle(Unregister(peer=PEERS[i]), self.now))
         self.registered.discard(PEERS[i])
         self.held = {h for h in self.held if h[0] != PEERS[i]}
 
     @rule(i=st.integers(0, 2))
     def heartbeat(self, i: int) -> None:
-        self.feed(self.router.handle(Heartbeat(peer=PEERS[i]), self.now))
+        self.step(self.router.handle(Heartbeat(peer=PEERS[i]), self.now))
 
     @rule(
         c=st.integers(0, 1),
@@ -105,7 +116,7 @@ class NeverLoseARequest(RuleBasedStateMachine):
     )
     def request(self, c: int, service: str, kind: TargetKind, names: list[str], timeout: int | None) -> None:
         target = Target(kind=kind, names=names if kind is TargetKind.NAMED else ())
-        self.feed(self.router.handle(req(service, CLIENTS[c], target, timeout), self.now))
+        self.step(self.router.handle(req(service, CLIENTS[c], target, timeout), self.now))
 
     @precondition(lambda self: bool(self.held))
     @rule(data=st.data(), status=st.sampled_from((200, 200, 500, 102)))
@@ -113,20 +124,20 @@ class NeverLoseARequest(RuleBasedStateMachine):
         w, rid = data.draw(st.sampled_from(sorted(self.held, key=lambda h: (h[0].address, h[1]))))
         if status >= 200:
             self.held.discard((w, rid))
-        self.feed(self.router.handle(Reply(id=rid, status=status, worker=w), self.now))
+        self.step(self.router.handle(Reply(id=rid, status=status, worker=w), self.now))
 
     @rule(rid=st.integers(0, 30))
     def bogus_reply(self, rid: int) -> None:
-        self.feed(self.router.handle(Reply(id=rid, status=200, worker=W1), self.now))
+        self.step(self.router.handle(Reply(id=rid, status=200, worker=W1), self.now))
 
     @rule(rid=st.integers(1, 30))
     def cancel(self, rid: int) -> None:
-        self.feed(self.router.handle(Cancel(peer=CA, job_id=str(rid)), self.now))
+        self.step(self.router.handle(Cancel(peer=CA, job_id=str(rid)), self.now))
 
     @rule(dt=st.integers(0, 700))
     def tick(self, dt: int) -> None:
         self.now += dt
-        self.feed(self.router.tick(self.now))
+        self.step(self.router.tick(self.now))
 
     @invariant()
     def no_free_worker_idles_while_it_could_serve(self) -> None:
@@ -139,7 +150,10 @@ class NeverLoseARequest(RuleBasedStateMachine):
             elif part.bound is not None:
                 assert not workers[part.bound].free
             elif part.name is None:
-                assert not any(w.free and w.offers(part.job.request.service) for w in workers.values())
+                assert not any(
+                    w.free and w.offers(part.job.request.service) and not part.avoids(w.peer)
+                    for w in workers.values()
+                )
 
     @invariant()
     def nothing_is_overdue(self) -> None:
@@ -155,12 +169,13 @@ class NeverLoseARequest(RuleBasedStateMachine):
                 break
             assert due > self.now
             self.now = due
-            self.feed(self.router.tick(self.now))
+            self.step(self.router.tick(self.now))
         else:
             raise AssertionError("next_deadline never settled")
         assert not self.open, f"requests never finished: {self.open}"
         stats = self.router.stats()
         assert stats["jobs"] == 0 and stats["queued"] == 0 and stats["in_flight"] == 0
+        assert stats["late"] == 0
 
 
 TestNeverLoseARequest = NeverLoseARequest.TestCase

@@ -1,0 +1,102 @@
+"""Requests the gateway cannot serve as asked, end to end: a worker that times out (it
+keeps the request and its slot; the retry goes elsewhere or fails 504)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import zmq
+
+from nfgate.codecs import dbp, sada
+from nfgate.codecs.memodb.messages import Job
+from nfgate.codecs.nfp.messages import WORKER, Post, Response
+from nfgate.codecs.sada.messages import Rep, Req
+
+from . import dbp_helpers, memodb_helpers, nfp_helpers
+from .conftest import Running, nothing, recv, running_on, until
+
+pytestmark = pytest.mark.timeout(60)
+
+# Workers stay registered for the whole test without answering PINGs; SADA clients give
+# up on a worker after 200 ms; a request with no worker at all fails after 1.5 s.
+TIMED = """
+[routing]
+queue_expiry_ms = 1500
+[edges.nfp]
+heartbeat_ms = 2000
+[edges.dcp]
+heartbeat_ms = 2000
+[edges.sada]
+heartbeat_ms = 2000
+request_timeout_ms = 200
+"""
+
+
+def sada_call(gw: Running, rid: str, service: str) -> zmq.Socket[bytes]:
+    client = gw.dealer("sada")
+    request = Req(request_id=rid, service=service, version="", category="c", action="a", payload=b"p")
+    client.send_multipart(sada.encode(request))
+    return client
+
+
+def sada_rep(client: zmq.Socket[bytes]) -> Rep:
+    rep = sada.decode(recv(client))
+    assert isinstance(rep, Rep)
+    return rep
+
+
+# ------------------------------------------------------------------ a worker times out
+
+
+def test_a_hung_nfp_worker_gets_one_request_and_keeps_its_slot_until_it_answers(tmp_path: Path) -> None:
+    with running_on(tmp_path, TIMED) as gw:
+        worker = nfp_helpers.spec_worker(gw, "hung", b"hung-1")
+        client = sada_call(gw, "t1", "hung")
+        post = nfp_helpers.get(worker)
+        assert isinstance(post, Post)
+        started = time.monotonic()
+        rep = sada_rep(client)  # its timeout, then its retry's: nobody else to try
+        assert (rep.request_id, rep.status) == ("t1", 504)
+        assert time.monotonic() - started < 1.4  # not the queue expiry (1.5 s)
+        assert nfp_helpers.quiet(worker, 100)  # "at most one request a time": not the retry
+        [info] = gw.gateway.router.workers()
+        assert (info.in_flight, info.late) == (1, 1)  # what show_workers reports
+        # Another request does not reach it either ("at most one request a time"), and
+        # does not wait on it forever: no worker that may answer, so the queue expiry.
+        other = sada_call(gw, "t2", "hung")
+        assert sada_rep(other).status == 503
+        assert nfp_helpers.quiet(worker, 300)  # one POST in all
+        # Its late answer is dropped and frees it: the next request is its.
+        late = Response(header=WORKER, service="hung", uuid=post.uuid, status=200, body=(b"late",))
+        nfp_helpers.send(worker, late)
+        until(lambda: gw.gateway.router.stats()["late"] == 0)
+        assert gw.gateway.router.stats()["late_replies"] == 1
+        third = sada_call(gw, "t3", "hung")
+        post = nfp_helpers.get(worker)
+        assert isinstance(post, Post)
+        nfp_helpers.send(
+            worker, Response(header=WORKER, service="hung", uuid=post.uuid, status=200, body=(b"ok",))
+        )
+        assert sada_rep(third) == Rep(request_id="t3", status=200, payload=b"ok")
+        assert nothing(client, 100) and nothing(other, 100)  # the late answer went nowhere
+
+
+def test_a_hung_dbp_service_gets_one_request(tmp_path: Path) -> None:
+    with running_on(tmp_path, TIMED) as gw:
+        service = dbp_helpers.register(gw, "slow", function="slowfn")
+        until(lambda: any(w.name == "dbp-slow" for w in gw.gateway.router.workers()))
+        peers = memodb_helpers.Peers(gw)
+        try:
+            client = peers.req(recv_ms=2500)
+            memodb_helpers.send(client, Job(service="slowfn", timeout_ms=200, payload=b"q"))
+            request = dbp_helpers.get(service)
+            assert isinstance(request, dbp.Request)
+            assert nothing(service, 1000)  # strictly synchronous: no second REQUEST
+            until(lambda: gw.gateway.router.stats()["failed"] == 1)
+            assert memodb_helpers.edge_stats(gw)["client_errors_unsent"] == 1
+            [info] = gw.gateway.router.workers()
+            assert (info.in_flight, info.late) == (1, 1)
+        finally:
+            peers.close()
