@@ -122,6 +122,7 @@ class Part:
         "avoid",
         "bound",
         "dispatch_seq",
+        "due",
         "job",
         "name",
         "placeholder",
@@ -144,6 +145,7 @@ class Part:
         # dispatch (or an earlier wait for a retry) is recognised as stale without
         # removing it from the heap.
         self.dispatch_seq = 0
+        self.due = 0  # now_ms + timeout_ms of its last dispatch (0: no timeout)
         # Workers this part must not go to: one still working on it after it timed out
         # there, until it answers or leaves. None while there is none, which is nearly
         # always: the dispatch path tests only that.

@@ -375,8 +375,9 @@ class Router(WorkerSide):
         if part.attempts > 1:
             self._stats["redispatched"] += 1
         if req.timeout_ms:
+            part.due = due = now + req.timeout_ms
             self._seq += 1
-            heapq.heappush(self._timeouts, (now + req.timeout_ms, self._seq, part.dispatch_seq, part))
+            heapq.heappush(self._timeouts, (due, self._seq, part.dispatch_seq, part))
         out.append(Dispatch(worker=w.peer, request=req, attempt=part.attempts))
 
     def _arm(self, part: Part, now: int) -> None:

@@ -177,7 +177,16 @@ class WorkerSide:
         w.in_flight.clear()
         for part in parts:
             self._name_bound(part, w)
-            self._lost(part, now, out, Status.ERROR, "worker lost", name=w.name)
+            if part.due and part.due <= now:
+                # Its deadline passed as the worker went (e.g. a MemoDB worker is dropped at
+                # its JOB's timeout, which is the request's own): it timed out, whichever of
+                # the two the gateway saw first, and its client gets the timeout's answer.
+                self._stats["timeouts"] += 1
+                self._lost(
+                    part, now, out, Status.GATEWAY_TIMEOUT, "worker timed out", timeout=True, name=w.name
+                )
+            else:
+                self._lost(part, now, out, Status.ERROR, "worker lost", name=w.name)
         for other in rebound:
             self._feed(self._workers[other], now, out)
 

@@ -13,9 +13,13 @@ edge"):
 - A JOB carries its timeout to the core (``Request.timeout_ms``; 0 means none). A JOB
   sent to a MemoDB worker carries the request's timeout, or ``job_timeout_ms`` when the
   client's protocol has none. A worker still without RESULT at that deadline "has
-  disconnected": the edge unregisters it and the core re-dispatches the job to another
-  worker; the worker's later messages get DISCONNECT. While it works, the edge keeps it
-  alive in the core (one ``Heartbeat`` per interval), since a job may last minutes.
+  disconnected" (the spec: "the broker assumes that the worker has disconnected"): the
+  edge unregisters it, and its later messages get DISCONNECT. The request is the core's
+  to settle: when the deadline is the request's own timeout, the core has timed it out
+  at the same moment (a worker lost past its request's deadline counts as that timeout),
+  so it is retried on another worker or fails 504 like any timed-out request; with
+  ``job_timeout_ms`` it is re-dispatched as for any worker lost. While it works, the
+  edge keeps it alive in the core (one ``Heartbeat`` per interval): a job may last minutes.
 - RESULT with the disconnecting flag: the result is relayed, the worker unregistered
   and answered DISCONNECT. RESULT or HEARTBEAT with an unknown ID: DISCONNECT.
 - Simple clients: the RESULT goes back on the context that asked. A request the core
@@ -105,6 +109,7 @@ class MemodbEdge(Edge):
         *Edge.EVENTS,
         "bad_job",
         "client_errors_unsent",
+        "job_conflicts",
         "clients_gone",
         "job_timeouts",
         "late_replies",
@@ -429,11 +434,13 @@ class MemodbEdge(Edge):
         ):
             worker.pending = out.request
             return []
-        # A job for a worker still holding one whose client did not cancel it: the core
-        # timed that job out; the worker "has disconnected" and the job goes elsewhere.
-        self.counters["job_timeouts"] += 1
+        # A job for a worker still holding one its client did not cancel. The core keeps
+        # a timed-out job's slot taken until the worker answers or is dropped (at the
+        # JOB's deadline, in tick), so this is the core and the edge out of step: forget
+        # the worker (its next message gets DISCONNECT) and let the core re-dispatch.
+        self.counters["job_conflicts"] += 1
         self._forget(worker)
-        return [Unregister(peer=worker.peer, reason="job timed out")]
+        return [Unregister(peer=worker.peer, reason="given a job while working on another")]
 
     def _send_job(self, worker: _Worker, request: Request, now: int) -> list[Command]:
         timeout = request.timeout_ms or self.job_timeout_ms
@@ -526,6 +533,8 @@ class MemodbEdge(Edge):
             worker = self._workers.get(wid)
             if worker is None or worker.job != job or worker.state is not WorkerState.BUSY:
                 continue  # answered since, or the worker is gone
+            # "The broker assumes that the worker has disconnected": dropped. The core has
+            # timed the request out already if this deadline is the request's own.
             step(worker.state, "timeout")  # BUSY -> NONE, Action.EXPIRE
             self.counters["job_timeouts"] += 1
             self._forget(worker)

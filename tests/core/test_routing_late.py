@@ -203,3 +203,43 @@ def test_stats_and_views_balance_once_everyone_is_gone() -> None:
         0,
     )
     assert r.next_deadline() is None
+
+
+# --- a worker lost at its request's deadline ----------------------------------------------
+
+
+def test_a_worker_dropped_at_its_requests_deadline_is_that_requests_timeout() -> None:
+    # A MemoDB worker is unregistered at its JOB's timeout, which is the request's own:
+    # whichever of the two the core sees first, the client gets the timeout's answer
+    # (a retry, then 504), not a lost worker's (a retry waiting for the queue expiry).
+    r = Router(LONG)
+    reg(r, W1)
+    rid, _ = submit(r, req(timeout_ms=50), 0)
+    r.handle(Unregister(peer=W1, reason="job timed out"), 50)
+    assert r.stats()["timeouts"] == 1
+    assert r.next_deadline() == 100  # not the queue expiry at 10 050
+    (d,) = of(r.tick(100), Deliver)
+    assert (d.reply.id, d.reply.status, d.reason) == (
+        rid,
+        504,
+        "worker timed out, and no other worker took the retry",
+    )
+
+
+def test_a_worker_lost_before_the_deadline_is_a_worker_lost() -> None:
+    r = Router(LONG)
+    reg(r, W1)
+    rid, _ = submit(r, req(timeout_ms=50), 0)
+    r.handle(Unregister(peer=W1, reason="gone"), 49)
+    assert r.stats()["timeouts"] == 0
+    assert not of(r.tick(100), Deliver)  # it waits for a worker, up to the queue expiry
+    (d,) = of(r.tick(10_049), Deliver)
+    assert (d.reply.id, d.reply.status) == (rid, 408)
+
+
+def test_an_all_part_whose_worker_is_dropped_at_the_deadline_fails_504() -> None:
+    r = Router(LONG)
+    reg(r, W1, name="w1")
+    submit(r, req(target=ALL, timeout_ms=50), 0)
+    (d,) = of(r.handle(Unregister(peer=W1), 50), Deliver)
+    assert d.reply.status == 504 and d.final

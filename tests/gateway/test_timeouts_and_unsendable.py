@@ -100,3 +100,27 @@ def test_a_hung_dbp_service_gets_one_request(tmp_path: Path) -> None:
             assert (info.in_flight, info.late) == (1, 1)
         finally:
             peers.close()
+
+
+def test_a_sada_client_gets_504_when_a_memodb_worker_misses_its_job_timeout(tmp_path: Path) -> None:
+    # The queue expiry is a minute here: the 504 must not wait for it.
+    toml = TIMED.replace("queue_expiry_ms = 1500", "queue_expiry_ms = 60000")
+    with running_on(tmp_path, toml) as gw:
+        peers = memodb_helpers.Peers(gw)
+        try:
+            worker = peers.req()
+            memodb_helpers.ready(gw, worker, "memo")
+            client = sada_call(gw, "m1", "memo")
+            job = memodb_helpers.next_job(worker)
+            assert job.timeout_ms == 200  # the SADA request's own timeout
+            started = time.monotonic()
+            rep = sada_rep(client)  # and the worker never answers
+            assert (rep.request_id, rep.status) == ("m1", 504)
+            assert time.monotonic() - started < 2
+            # The spec: past its JOB's timeout the worker "has disconnected".
+            assert memodb_helpers.edge_stats(gw)["job_timeouts"] == 1
+            assert not gw.gateway.router.workers()
+            stats = gw.gateway.router.stats()
+            assert stats["timeouts"] == 1 and stats["late"] == 0 and stats["jobs"] == 0
+        finally:
+            peers.close()
