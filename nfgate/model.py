@@ -220,6 +220,11 @@ class Reply:
     # ("created"), its EVENT ("event") and STREAM ("stream") chunks. Statuses below 200
     # are interim too. The core relays interim replies and keeps waiting for the final one.
     progress: str = attrs.field(default="", validator=v.instance_of(str))
+    # Non-empty when the worker never saw the request: its edge could not send it (a
+    # body its dialect cannot carry) and says why. Not the worker's answer, so not
+    # relayed as one: the core tries another worker or fails the request with this
+    # reason, as it fails the requests it cannot serve itself.
+    reason: str = attrs.field(default="", validator=v.instance_of(str))
 
     @property
     def interim(self) -> bool:

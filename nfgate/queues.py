@@ -147,8 +147,8 @@ class Part:
         self.dispatch_seq = 0
         self.due = 0  # now_ms + timeout_ms of its last dispatch (0: no timeout)
         # Workers this part must not go to: one still working on it after it timed out
-        # there, until it answers or leaves. None while there is none, which is nearly
-        # always: the dispatch path tests only that.
+        # there (until it answers or leaves), one whose edge could not send it. None
+        # while there is none, which is nearly always: the dispatch path tests only that.
         self.avoid: set[Peer] | None = None
         self.seq = 0  # order of (re)queueing, to pick the oldest head among several queues
 
@@ -237,8 +237,8 @@ class FairQueue:
                 continue
             if head.avoid is None or peer not in head.avoid:
                 return head
-            # Only a retry can avoid a worker (it timed out there): look past it, or that
-            # worker would take nothing else of this queue.
+            # Only a retry can avoid a worker (it timed out there, or could not be sent
+            # there): look past it, or that worker would take nothing else of this queue.
             for part in retry:
                 if part.state is PartState.QUEUED and not part.avoids(peer):
                     return part

@@ -285,7 +285,7 @@ class Router(WorkerSide):
             avoid = part.avoid
             for peer in free:
                 if avoid is not None and peer in avoid:
-                    continue  # still working on this request
+                    continue  # still working on this request, or its edge cannot send it
                 w = self._workers[peer]
                 if w.offers(ref):
                     self._dispatch(part, w, now, out)
@@ -507,6 +507,9 @@ class Router(WorkerSide):
             self._stats["unknown_replies"] += 1
             return
         self._touch(w, now)
+        if cmd.reason:
+            self._unsendable(w, part, cmd.reason, now, out)
+            return
         job = part.job
         reply = cmd if cmd.worker_name or not w.name else with_field(cmd, "worker_name", w.name)
         if cmd.interim:
@@ -536,6 +539,34 @@ class Router(WorkerSide):
         w.late.pop(rid).unshun(w.peer)  # done with it: a retry may go there again
         if w.capacity > w.base:
             w.capacity -= 1  # as for any reply: the slot a heartbeat granted is spent
+        self._feed(w, now, out)
+
+    def _unsendable(self, w: WorkerState, part: Part, reason: str, now: int, out: list[Output]) -> None:
+        """``w``'s edge could not send it ``part`` (``reason``): the worker never saw it.
+
+        A request for any worker goes to another one of the service that may take it
+        (its edge, or that worker's dialect, may carry what this one could not: a DagBox
+        worker cannot take an empty data part before another, a spec DCP worker can),
+        within ``max_redispatch``; otherwise it fails with 500 and ``reason``, the
+        gateway's own failure, which its client's edge reports as one (no DCP REPLY, no
+        NorFab "worker error"). A part bound to this worker (ALL, NAMED) can go nowhere
+        else and fails at once.
+        """
+        job = part.job
+        del w.in_flight[job.request.id]
+        part.worker = None
+        self._stats["unsendable"] += 1
+        part.shun(w.peer)  # its edge cannot send it there; it stays so if the worker comes back
+        if (
+            job.request.target.kind is TargetKind.ANY
+            and part.attempts <= self._cfg.max_redispatch
+            and views.has_server(part, self._workers, self._providers)
+        ):
+            advance(part, Event.REQUEUE)
+            part.dispatch_seq += 1
+            self._place_any(part, now, out, retry=True)
+        else:
+            self._finish(part, Event.FAIL, Status.ERROR, reason, out, w.name)
         self._feed(w, now, out)
 
     def _forward(self, cmd: Forward, now: int, out: list[Output]) -> None:

@@ -29,6 +29,7 @@ COUNTERS: Final = (
     "cancelled",
     "unknown_replies",
     "late_replies",
+    "unsendable",
     "unknown_heartbeats",
     "unknown_cancels",
     "workers_registered",

@@ -16,6 +16,10 @@ Decisions (docs/protocols/dcp.md, docs/translation.md):
 - DCP has no error message: a request the core fails (queue expiry, no worker left)
   gets no reply; it is counted (``client_errors_unsent``) and logged at DEBUG. Clients
   retry, as the spec tells them to.
+- A request a worker's dialect cannot carry (DagBox: an empty data part before another)
+  is not sent; the edge tells the core with a ``Reply`` whose ``reason`` says why, so
+  the core tries another worker or fails the request as its own error, never as this
+  worker's answer (which a DCP client would get as an empty REPLY).
 - DCP has no DISCONNECT: an evicted worker is forgotten; its next PING gets RECONNECT.
 """
 
@@ -300,10 +304,13 @@ class DcpEdge(RouterEdge):
             )
         except EncodeError as exc:
             # An empty data part before another for a DagBox worker: it could not read it.
+            # The worker never sees the request, so this is no answer of its: the reason
+            # makes it the gateway's failure (another worker may carry it; else 500).
             del worker.held[request.id]
             self.counters["unencodable"] += 1
             log.debug("%s: cannot send request %d: %s", self.name, request.id, exc.reason)
-            return [Reply(id=request.id, status=Status.ERROR, worker=out.worker)]
+            reason = f"cannot be sent to a {dialect}-dialect DCP worker: {exc.reason}"
+            return [Reply(id=request.id, status=Status.ERROR, worker=out.worker, reason=reason)]
         self.send_later(address, frames)  # a worker that is gone is found in flush()
         return []
 

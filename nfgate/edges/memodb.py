@@ -20,6 +20,8 @@ edge"):
   so it is retried on another worker or fails 504 like any timed-out request; with
   ``job_timeout_ms`` it is re-dispatched as for any worker lost. While it works, the
   edge keeps it alive in the core (one ``Heartbeat`` per interval): a job may last minutes.
+- A request the edge cannot encode as a JOB is not sent: the core gets a ``Reply``
+  whose ``reason`` says why (not the worker's answer) and tries another worker or fails it.
 - RESULT with the disconnecting flag: the result is relayed, the worker unregistered
   and answered DISCONNECT. RESULT or HEARTBEAT with an unknown ID: DISCONNECT.
 - Simple clients: the RESULT goes back on the context that asked. A request the core
@@ -352,8 +354,10 @@ class MemodbEdge(Edge):
         worker.state = WorkerState.IDLE
         pending, worker.pending = worker.pending, None
         if pending is not None:
-            out.extend(self._send_job(worker, pending, now))
-            return
+            refused = self._send_job(worker, pending, now)
+            if not refused:
+                return
+            out.extend(refused)  # not sent: the request is still held, for the next job
         self._idle[worker.id] = now
         self._idle.move_to_end(worker.id)
 
@@ -451,10 +455,13 @@ class MemodbEdge(Edge):
             )
             [data] = wire.encode(job, worker.dialect)
         except (EncodeError, ValueError) as exc:
-            # e.g. a service name with lone surrogates (a DCP name that is not UTF-8).
+            # e.g. a service name with lone surrogates (a DCP name that is not UTF-8). The
+            # worker never sees it: the reason makes it the gateway's failure, not the
+            # worker's answer (the core tries a worker of another protocol, else 500).
             self.counters["unencodable"] += 1
             log.debug("%s: cannot send request %d: %s", self.name, request.id, exc)
-            return [Reply(id=request.id, status=Status.ERROR, worker=worker.peer)]
+            reason = f"cannot be sent to a MemoDB worker as a JOB: {getattr(exc, 'reason', exc)}"
+            return [Reply(id=request.id, status=Status.ERROR, worker=worker.peer, reason=reason)]
         if key is None:  # pragma: no cover - SEND_JOB only for a held request
             worker.pending = request
             return []

@@ -45,7 +45,7 @@ from nfgate.edges.sada_common import (
     service_ref,
 )
 from nfgate.errors import ConfigError, EncodeError
-from nfgate.model import Command, Heartbeat, Peer, Register, Reply, Request, ServiceRef, Unregister
+from nfgate.model import Command, Heartbeat, Peer, Register, Reply, Request, ServiceRef, Status, Unregister
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
 from nfgate.store import JobStore
 from nfgate.transports.zmq import identity_lasts
@@ -320,10 +320,13 @@ class SadaChannelEdge(RouterEdge):
                 payload=join_body(request.body),
             )
         except (ValueError, TypeError, EncodeError) as exc:
-            # A service or action name SADA cannot carry (control characters).
+            # A service or action name SADA cannot carry (control characters). The server
+            # never sees the request: the reason makes it the gateway's failure, not the
+            # server's answer (the core tries a worker of another protocol, else 500).
             self.counters["unencodable"] += 1
             log.debug("%s: cannot send request %d as REQ: %s", self.name, request.id, exc)
-            return [Reply(id=request.id, status=500, worker=out.worker)]
+            reason = f"cannot be sent to a SADA server: {getattr(exc, 'reason', exc)}"
+            return [Reply(id=request.id, status=Status.ERROR, worker=out.worker, reason=reason)]
         p.held[rid] = request.id
         if not self._send_message(address, message, p.dialect):
             self._forget(address)

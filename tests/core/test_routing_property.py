@@ -26,7 +26,8 @@ class NeverLoseARequest(RuleBasedStateMachine):
     """Random interleavings: every accepted request ends with exactly one final Deliver,
     its terminal Delivers counting ``remaining`` down by one; nothing is sent to a worker
     that is not registered, nor to a worker still holding that request (timed out there
-    and not answered yet), and nothing follows a final Deliver."""
+    and not answered yet), and nothing follows a final Deliver. Worker ``d``'s edge may
+    refuse what it is sent (a body its dialect cannot carry), as the gateway feeds back."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -43,6 +44,7 @@ class NeverLoseARequest(RuleBasedStateMachine):
         self.open: dict[int, int | None] = {}  # id -> last remaining seen (None: none yet)
         self.done: set[int] = set()
         self.held: set[tuple[Peer, int]] = set()  # what workers were given, as they see it
+        self.refusing = False  # d's edge answers every dispatch with Reply(reason=...)
 
     def step(self, out: list[Any]) -> None:
         """What the core answered one command with; first, the workers it dropped (a
@@ -54,6 +56,7 @@ class NeverLoseARequest(RuleBasedStateMachine):
         self.feed(out)
 
     def feed(self, out: list[Any]) -> None:
+        refused: list[Reply] = []
         for o in out:
             if isinstance(o, Accepted):
                 assert o.request.id not in self.open and o.request.id not in self.done
@@ -62,7 +65,10 @@ class NeverLoseARequest(RuleBasedStateMachine):
                 assert o.worker in self.registered
                 assert o.request.id in self.open
                 assert (o.worker, o.request.id) not in self.held, "given again to a worker holding it"
-                self.held.add((o.worker, o.request.id))
+                if self.refusing and o.worker == PEERS[2]:
+                    refused.append(Reply(id=o.request.id, status=500, worker=o.worker, reason="cannot carry"))
+                else:
+                    self.held.add((o.worker, o.request.id))
             elif isinstance(o, Deliver):
                 rid = o.reply.id
                 assert rid not in self.done, f"Deliver after final for {rid}"
@@ -83,6 +89,12 @@ class NeverLoseARequest(RuleBasedStateMachine):
                 self.held = {h for h in self.held if h[0] != o.worker}
             elif isinstance(o, Abort):
                 self.held.discard((o.worker, o.request.id))
+        for reply in refused:  # as the gateway does: after the outputs that caused them
+            self.step(self.router.handle(reply, self.now))
+
+    @rule(on=st.booleans())
+    def refuse(self, on: bool) -> None:
+        self.refusing = on
 
     @rule(
         i=st.integers(0, 2),

@@ -1,17 +1,22 @@
-"""Requests the gateway cannot serve as asked, end to end: a worker that times out (it
-keeps the request and its slot; the retry goes elsewhere or fails 504)."""
+"""Requests the gateway cannot serve as asked, end to end: a body a worker's dialect
+cannot carry (the gateway's own failure, never the worker's answer), and a worker that
+times out (it keeps the request and its slot; the retry goes elsewhere or fails 504)."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 import zmq
 
-from nfgate.codecs import dbp, sada
+from nfgate.codecs import dbp, dcp, sada
+from nfgate.codecs.dcp.messages import Ping, Registration
+from nfgate.codecs.dcp.messages import Reply as DcpReply
+from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.memodb.messages import Job
-from nfgate.codecs.nfp.messages import WORKER, Post, Response
+from nfgate.codecs.nfp.messages import CLIENT, WORKER, Post, Response
 from nfgate.codecs.sada.messages import Rep, Req
 
 from . import dbp_helpers, memodb_helpers, nfp_helpers
@@ -45,6 +50,79 @@ def sada_rep(client: zmq.Socket[bytes]) -> Rep:
     rep = sada.decode(recv(client))
     assert isinstance(rep, Rep)
     return rep
+
+
+# ------------------------------------------------------- a body the worker cannot carry
+
+
+def nfp_final(sock: zmq.Socket[bytes], dialect: str = "spec") -> Response:
+    """The RESPONSE after the 202 acknowledgement."""
+    for _ in range(5):
+        message = nfp_helpers.get(sock, dialect)
+        assert isinstance(message, Response), message
+        if message.status != 202:
+            return message
+    pytest.fail("no final RESPONSE")
+
+
+def dagbox_worker(gw: Running, service: bytes) -> zmq.Socket[bytes]:
+    sock = gw.dealer("dcp")
+    sock.send_multipart(dcp.encode(Registration(service=service), "dagbox"))
+    assert dcp.decode(recv(sock), "dagbox") == Registration(service=service)
+    return sock
+
+
+def test_a_body_a_dagbox_worker_cannot_carry_fails_as_the_gateways_error(tmp_path: Path) -> None:
+    body = (b"", b"x")  # DagBox ends data at the first empty part
+    with running_on(tmp_path, TIMED) as gw:
+        worker = dagbox_worker(gw, b"dgbx")
+        # DCP: no error message, so no reply at all -- not an empty REPLY that reads as success.
+        client = gw.dealer("dcp")
+        client.send_multipart(dcp.encode(DcpRequest(service=b"dgbx", metadata=(b"m1",), data=body)))
+        assert nothing(client, 500)
+        stats = gw.gateway.edges["dcp"].stats()
+        assert stats["unencodable"] == 1 and stats["client_errors_unsent"] == 1
+        # NFP spec: 500, naming why.
+        nfp_client = gw.dealer("nfp")
+        nfp_helpers.send(nfp_client, Post(header=CLIENT, service="dgbx", target="any", uuid="u1", body=body))
+        failed = nfp_final(nfp_client)
+        assert failed.status == 500 and b"dagbox" in failed.body[0]
+        # NorFab: NorFab's failed result, not labelled as the worker's error.
+        norfab = gw.dealer("nfp")
+        nfp_helpers.send(
+            norfab, Post(header=CLIENT, service="dgbx", target="any", uuid="u2", body=body), "norfab"
+        )
+        result = nfp_final(norfab, "norfab")
+        [entry] = json.loads(result.body[0]).values()
+        assert entry["failed"] is True
+        assert entry["errors"][0].startswith("nfgate: 500 cannot be sent to a dagbox-dialect DCP worker")
+        assert nothing(worker, 200)  # the worker never got any of them
+        core = gw.gateway.router.stats()
+        assert core["unsendable"] == 3 and core["replied"] == 0 and core["in_flight"] == 0
+
+
+def test_a_body_a_dagbox_worker_cannot_carry_goes_to_a_worker_that_can(tmp_path: Path) -> None:
+    body = (b"", b"x")
+    with running_on(tmp_path, TIMED) as gw:
+        dagbox = dagbox_worker(gw, b"mixed")
+        spec = gw.dealer("dcp")
+        spec.send_multipart(dcp.encode(Registration(service=b"mixed")))
+        assert dcp.decode(recv(spec)) == Registration(service=b"mixed")
+        until(lambda: len(gw.gateway.router.workers()) == 2)
+        client = gw.dealer("dcp")
+        for n in range(2):  # whichever of the two the core tries first
+            metadata = (b"m%d" % n,)
+            client.send_multipart(dcp.encode(DcpRequest(service=b"mixed", metadata=metadata, data=body)))
+            request = dcp.decode(recv(spec))
+            assert isinstance(request, DcpRequest) and request.data == body
+            reply = DcpReply(client=request.client, metadata=request.metadata, data=request.data)
+            spec.send_multipart(dcp.encode(reply))
+            assert dcp.decode(recv(client)) == DcpReply(client=None, metadata=metadata, data=body)
+        assert nothing(dagbox, 200)
+        dagbox.send_multipart(dcp.encode(Ping(), "dagbox"))  # still registered, still usable
+        client.send_multipart(dcp.encode(DcpRequest(service=b"mixed", metadata=(b"k",), data=(b"y",))))
+        got = [s for s in (dagbox, spec) if s.poll(3000)]
+        assert got, "the plain request reached no worker"
 
 
 # ------------------------------------------------------------------ a worker times out
