@@ -63,6 +63,14 @@ def _int_at_least(low: int, high: int | None = None) -> Callable[[object, attrs.
     return check
 
 
+def _reply_texts(inst: Any, _: attrs.Attribute[Any], value: Any) -> None:
+    """``Reply.progress`` and ``Reply.reason`` are ``str`` (``TypeError``): one call for
+    both, on the field declared last (attrs validates once every field is set), as a
+    Reply is built for every relayed request."""
+    if not isinstance(inst.progress, str) or not isinstance(value, str):
+        raise TypeError(f"'progress' and 'reason' must be str, got {inst.progress!r}, {value!r}")
+
+
 def _nonempty_str(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{attribute.name} must be a non-empty string")
@@ -219,12 +227,12 @@ class Reply:
     # Non-empty for an interim message that does not end the request: NorFab's 201
     # ("created"), its EVENT ("event") and STREAM ("stream") chunks. Statuses below 200
     # are interim too. The core relays interim replies and keeps waiting for the final one.
-    progress: str = attrs.field(default="", validator=v.instance_of(str))
+    progress: str = ""  # validated with reason
     # Non-empty when the worker never saw the request: its edge could not send it (a
     # body its dialect cannot carry) and says why. Not the worker's answer, so not
     # relayed as one: the core tries another worker or fails the request with this
     # reason, as it fails the requests it cannot serve itself.
-    reason: str = attrs.field(default="", validator=v.instance_of(str))
+    reason: str = attrs.field(default="", validator=_reply_texts)
 
     @property
     def interim(self) -> bool:
