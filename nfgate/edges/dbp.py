@@ -514,9 +514,11 @@ class DbpEdge(RouterEdge):
             action=action,
             version=request.service.version,
         )
-        # Capacity 1: the core gives a request only to a worker it counts as free, so
-        # anything still held was given up on (timed out); its late REPLY is not wanted,
-        # and a plain REPLY must find the one request it can answer.
+        # Capacity 1: the core gives a request only to a worker it counts as free (one
+        # whose request timed out keeps that slot until its late REPLY comes, which the
+        # core drops), so anything still held is a request cancelled meanwhile (DBP has
+        # no cancel): its REPLY is not wanted, and a plain REPLY must find the one
+        # request it can answer.
         svc.held.clear()
         svc.held[request.id] = request
         if not self._send(address, wire.Request(time=time.time(), query=query), svc.dialect):
