@@ -85,6 +85,7 @@ class DbpEdge(RouterEdge):
         "bad_reply",
         "beacons_sent",
         "denied",
+        "handover_leftovers",
         "expired",
         "reconnects_sent",
         "switched_to_zmq",
