@@ -14,6 +14,9 @@ design.md "Translation rules" and "Durability":
   ``{name: Result}`` (bodies from other protocols wrapped; see
   ``nfgate.codecs.nfp.session.keyed_body``), a failed part is 200 with
   ``"failed": true``, and 201/EVENT/STREAM from NorFab workers are relayed as they come.
+  Workers of other protocols (spec NFP workers included) get NorFab's statuses: any
+  2xx is 200, any other final status a failed part, and their interim replies are
+  not relayed (NorFab's client reads only NorFab's own).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from nfgate.codecs.nfp.messages import BROKER, Delete, Event, Get, Post, Put, Re
 from nfgate.codecs.nfp.targets import PSEUDO_SERVICE, format_target, parse_target, pseudo_targets
 from nfgate.edges.nfp_job import INTERIM_CLASS, Job, error_response, job_target, nfp_status, wall_ms
 from nfgate.errors import DecodeError, EncodeError
-from nfgate.model import Cancel, Command, Peer, Request, ServiceRef, Status, Target, TargetKind
+from nfgate.model import Cancel, Command, Peer, Reply, Request, ServiceRef, Status, Target, TargetKind
 from nfgate.routing_types import STATUS_CANCELLED, Accepted, Deliver
 from nfgate.store import JobRecord, JobState, JobStore
 
@@ -314,22 +317,25 @@ class NfpJobs:
                 self._stored(self._store.set_state, job.uuid, JobState.CANCELLED)
             return
         if reply.interim:
-            self._interim(job, reply.status, reply.progress, reply.body)
+            self._interim(job, reply)
             return
         if out.reason:
             status, body = self._failure(job, name, reply.status, out.reason)
         elif job.dialect == "norfab":
             key = self._key(job, name)
-            norfab = reply.worker is not None and self._edge.speaks_norfab(reply.worker)
-            if reply.status >= 400 and not norfab:
-                # Another protocol's failure in NorFab's own form (200, "failed": true):
-                # NorFab's client reads "failed", and drops the body of a 4xx/5xx.
-                status, body = Status.OK, (nfpjson.failed_body(key, reply.status, reply.body),)
+            if reply.worker is not None and self._edge.speaks_norfab(reply.worker):
+                # NorFab's own answer is in NorFab's form already: relayed as it is.
+                status, body = reply.status, (nfpjson.keyed_body(key, name, reply.body, norfab_worker=True),)
+            elif 200 <= reply.status < 300:
+                # Another protocol's success (a SADA REP 201 or 204, a DBP 201) is NorFab's
+                # 200: its client takes a result only from a 200 (a 201 is its worker's
+                # "job created", read for a "worker" key; a 204 is ignored, the job waits).
+                status, body = Status.OK, (nfpjson.keyed_body(key, name, reply.body),)
             else:
-                status, body = (
-                    reply.status,
-                    (nfpjson.keyed_body(key, name, reply.body, norfab_worker=norfab),),
-                )
+                # Any other status (a 4xx/5xx, a 3xx: NorFab has no redirect) in NorFab's
+                # own form of a failure (200, "failed": true): its client reads "failed",
+                # drops the body of a 4xx/5xx and ignores a 3xx.
+                status, body = Status.OK, (nfpjson.failed_body(key, reply.status, reply.body),)
             name = key
         else:
             status, body = reply.status, reply.body or (b"",)
@@ -413,14 +419,20 @@ class NfpJobs:
         code = nfp_status(status)
         return code, (nfpjson.error_body(job.uuid, job.service, "FAILED", [reason]),)
 
-    def _interim(self, job: Job, status: int, progress: str, body: tuple[bytes, ...]) -> None:
-        if job.dialect != "norfab":
-            return  # 201, EVENT and STREAM are NorFab's; the spec has none of them
-        cls = INTERIM_CLASS.get(progress, Response)
+    def _interim(self, job: Job, reply: Reply) -> None:
+        """Relay a NorFab worker's interim message (201, 102, 300, EVENT, STREAM) to a
+        NorFab client; drop any other. The spec has no interim reply, and another
+        protocol's (a SADA REP 1xx, a spec NFP worker's 201) is not in NorFab's form,
+        which NorFab's client reads without a guard: a 201 or 102 body that is not an
+        object with a ``worker`` kills its receiving thread, and every job after."""
+        if job.dialect != "norfab" or reply.worker is None or not self._edge.speaks_norfab(reply.worker):
+            return
+        cls = INTERIM_CLASS.get(reply.progress, Response)
+        body = reply.body or (b"",)
         self._send(
             job.client,
             job.dialect,
-            cls(header=BROKER, service=job.service, uuid=job.uuid, status=status, body=body or (b"",)),
+            cls(header=BROKER, service=job.service, uuid=job.uuid, status=reply.status, body=body),
             job,
         )
 

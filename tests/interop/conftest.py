@@ -334,6 +334,7 @@ class Peers:
         name: str,
         *,
         service: str | None = None,
+        services: list[str] | None = None,
         task: str | None = None,
         workers: Any = "all",
         kwargs: dict[str, Any] | None = None,
@@ -345,6 +346,7 @@ class Peers:
         answer_job: str | None = None,
     ) -> ClientRun:
         """Start a NorFab client process; collect its answer with :meth:`finish`.
+        ``services``: a job for each, in turn, by the same client (the answer's ``jobs``);
         ``submit``: submit the job and leave (the answer has its ``uuid``);
         ``answer_job``: answer that job's input request, then wait for its result."""
         args = ["client", "--name", name, "--endpoint", self.broker.nfp, "--base-dir", str(self.base_dir)]
@@ -369,6 +371,16 @@ class Peers:
                 "--timeout",
                 str(timeout),
             ]
+        if services:
+            args += [
+                "--services",
+                json.dumps(services),
+                "--task",
+                task or "",
+                "--workers",
+                json.dumps(workers),
+            ]
+            args += ["--kwargs", json.dumps(kwargs or {}), "--timeout", str(timeout)]
         proc, stdout_path = self._spawn(args, f"client-{name}")
         self.clients.append(proc)
         return ClientRun(proc=proc, name=name, stdout_path=stdout_path)

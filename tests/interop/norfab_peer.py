@@ -36,8 +36,10 @@ With ``--kind filesharing`` the worker is NorFab's own ``FileSharingWorker`` (se
 
 The client prints one line ``NORFAB_PEER_RESULT <json>`` on stdout, a JSON object with
 ``ready`` (the wait for workers), ``mmi`` (what ``client.mmi`` returned), ``job`` (what
-``run_job`` returned) and ``fetch`` (what ``client.fetch_file`` returned for the URL list:
-local paths of the copies), each present only if asked for.
+``run_job`` returned), ``jobs`` (with ``--services``: ``{service, job, seconds}`` for
+each service, its job run in turn by the same client) and ``fetch`` (what
+``client.fetch_file`` returned for the URL list: local paths of the copies), each
+present only if asked for.
 """
 
 from __future__ import annotations
@@ -226,6 +228,18 @@ def run_client(args: argparse.Namespace) -> int:
                 timeout=args.timeout,
             )
             out["job_seconds"] = round(time.monotonic() - started, 3)
+        for service in _json_arg(args.services) or []:  # one client, one job after another
+            started = time.monotonic()
+            job = client.run_job(
+                service=service,
+                task=args.task,
+                workers=_json_arg(args.workers),
+                kwargs=_json_arg(args.kwargs) or {},
+                timeout=args.timeout,
+            )
+            out.setdefault("jobs", []).append(
+                {"service": service, "job": job, "seconds": round(time.monotonic() - started, 3)}
+            )
         if args.fetch:
             out["fetch"] = client.fetch_file(_json_arg(args.fetch), timeout=args.timeout)
         if args.submit:  # the job goes; the client leaves without waiting for it
@@ -277,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--mmi-kwargs", default=None)
     c.add_argument("--mmi-timeout", type=int, default=10)
     c.add_argument("--service")
+    c.add_argument("--services", default=None, help="JSON list: a job for each, in turn, by one client")
     c.add_argument("--task")
     c.add_argument("--workers", default='"all"', help='JSON: "any", "all", "w1" or ["w1","w2"]')
     c.add_argument("--kwargs", default="{}")
