@@ -415,9 +415,17 @@ class Router(WorkerSide):
         return part
 
     def _finish(
-        self, part: Part, event: Event, status: int, reason: str, out: list[Output], name: str = ""
+        self,
+        part: Part,
+        event: Event,
+        status: int,
+        reason: str,
+        out: list[Output],
+        name: str = "",
+        body: tuple[bytes, ...] = (),
     ) -> None:
-        """End a part with an error reply from the core; ``name``: the worker that lost it."""
+        """End a part with an error reply from the core; ``name``: the worker that lost
+        it; ``body``: what an edge that could not send it said (a SADA REP carries it)."""
         advance(part, event)
         job = part.job
         job.open -= 1
@@ -426,7 +434,9 @@ class Router(WorkerSide):
         if event is not Event.CANCEL and event is not Event.EXPIRE:
             self._stats["failed"] += 1
         # A part waiting for a name has no worker: the name says whose part failed.
-        reply = Reply(id=job.request.id, status=status, worker=part.bound, worker_name=part.name or name)
+        reply = Reply(
+            id=job.request.id, status=status, body=body, worker=part.bound, worker_name=part.name or name
+        )
         out.append(Deliver(reply=reply, request=job.request, remaining=job.open, reason=reason))
 
     def _lost(
@@ -508,7 +518,7 @@ class Router(WorkerSide):
             return
         self._touch(w, now)
         if cmd.reason:
-            self._unsendable(w, part, cmd.reason, now, out)
+            self._unsendable(w, part, cmd, now, out)
             return
         job = part.job
         reply = cmd if cmd.worker_name or not w.name else with_field(cmd, "worker_name", w.name)
@@ -541,14 +551,14 @@ class Router(WorkerSide):
             w.capacity -= 1  # as for any reply: the slot a heartbeat granted is spent
         self._feed(w, now, out)
 
-    def _unsendable(self, w: WorkerState, part: Part, reason: str, now: int, out: list[Output]) -> None:
-        """``w``'s edge could not send it ``part`` (``reason``): the worker never saw it.
+    def _unsendable(self, w: WorkerState, part: Part, cmd: Reply, now: int, out: list[Output]) -> None:
+        """``w``'s edge could not send it ``part`` (``cmd.reason``): the worker never saw it.
 
         A request for any worker goes to another one of the service that may take it
         (its edge, or that worker's dialect, may carry what this one could not: a DagBox
         worker cannot take an empty data part before another, a spec DCP worker can),
-        within ``max_redispatch``; otherwise it fails with 500 and ``reason``, the
-        gateway's own failure, which its client's edge reports as one (no DCP REPLY, no
+        within ``max_redispatch``; otherwise it fails with the edge's status and
+        reason, the gateway's own failure, which its client's edge reports as one (no DCP REPLY, no
         NorFab "worker error"). A part bound to this worker (ALL, NAMED) can go nowhere
         else and fails at once.
         """
@@ -566,7 +576,9 @@ class Router(WorkerSide):
             part.dispatch_seq += 1
             self._place_any(part, now, out, retry=True)
         else:
-            self._finish(part, Event.FAIL, Status.ERROR, reason, out, w.name)
+            # The edge's status: 500 (it cannot carry the request), 400 (a body no
+            # worker of that kind takes: a NorFab worker's is a JSON object).
+            self._finish(part, Event.FAIL, cmd.status, cmd.reason, out, w.name, cmd.body)
         self._feed(w, now, out)
 
     def _forward(self, cmd: Forward, now: int, out: list[Output]) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from nfgate.codecs._base import Message
 from nfgate.codecs.nfp import codec as wire
+from nfgate.codecs.nfp import norfab_job
 from nfgate.codecs.nfp.messages import (
     BROKER,
     Delete,
@@ -56,7 +57,7 @@ from nfgate.edges.kinds import NORFAB_WORKER_CAPACITY
 from nfgate.edges.nfp_jobs import NfpJobs
 from nfgate.edges.nfp_services import NfpOptions, NfpServices
 from nfgate.errors import EncodeError
-from nfgate.model import Command, Heartbeat, Peer, Register, Reply, Request, ServiceRef, Unregister
+from nfgate.model import Command, Heartbeat, Peer, Register, Reply, Request, ServiceRef, Status, Unregister
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
 from nfgate.store import JobStore
 
@@ -105,6 +106,7 @@ class NfpEdge(RouterEdge):
     EVENTS = (
         *RouterEdge.EVENTS,
         "accepted_unknown",
+        "bodies_refused",
         "client_errors",
         "deliver_unknown",
         "empty_service",
@@ -400,6 +402,11 @@ class NfpEdge(RouterEdge):
         p = self._workers.get(address)
         if p is None:
             return [Unregister(peer=out.worker, reason="unknown to the NFP edge")]
+        body = request.body or (b"",)
+        if p.dialect == "norfab":
+            refused = norfab_job.refusal(body)
+            if refused:
+                return [self._refuse_body(out, refused)]
         uuid = request.origin.decode("ascii", "replace") if request.reply_to.edge == self.name else ""
         # A NorFab worker keeps its jobs by uuid, across its own restarts, and drops
         # without a word a POST for a uuid it has: a job going out again (its worker
@@ -409,7 +416,6 @@ class NfpEdge(RouterEdge):
         if again or not uuid or not uuid.isprintable() or uuid in p.held:
             uuid = uuidlib.uuid4().hex
         p.held[uuid] = (request.id, request)
-        body = request.body or (b"",)
         try:
             if p.dialect == "norfab":
                 frames = wire.dispatch_frames(uuid, body, p.dialect, client=self._client_token(request))
@@ -423,6 +429,25 @@ class NfpEdge(RouterEdge):
             return [Unregister(peer=out.worker, reason="socket gone")]
         self.send_later(address, frames)  # a worker that is gone is found in flush()
         return []
+
+    def _refuse_body(self, out: Dispatch, reason: str) -> Reply:
+        """The answer to a request whose body a NorFab worker cannot take (``reason``,
+        from :func:`norfab_job.refusal`). It is not sent: it would stop the worker for
+        good. It fails with 400 and ``reason``, the gateway's own error (Reply.reason),
+        so its client gets its protocol's "bad request" (NFP 400 naming the reason,
+        SADA REP 400 carrying it, DCP and MemoDB nothing) and the worker's slot is
+        free again. The reason is the body too: a SADA client's REP carries the body."""
+        request = out.request
+        self.counters["bodies_refused"] += 1
+        client = request.reply_to
+        self.malformed(
+            "bodies_refused",
+            f"a {client.protocol} client ({peer_label(client.address)})",
+            f"request {request.id} not sent to NorFab worker {self.peer_name(out.worker.address)}: {reason}",
+        )
+        return Reply(
+            id=request.id, status=Status.UNKNOWN, body=(reason.encode(),), worker=out.worker, reason=reason
+        )
 
     def _abort(self, out: Abort) -> None:
         p = self._workers.get(out.worker.address)

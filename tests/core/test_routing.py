@@ -6,7 +6,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from nfgate.model import ALL, Heartbeat, Request, Target, TargetKind, Unregister
+from nfgate.model import ALL, Heartbeat, Reply, Request, Target, TargetKind, Unregister
 from nfgate.routing import Router
 from nfgate.routing_types import Accepted, Deliver, Dispatch, Output
 
@@ -158,6 +158,23 @@ def test_heartbeat_from_other_protocols_grants_nothing() -> None:
     submit(r, req())
     submit(r, req())
     assert r.handle(Heartbeat(peer=W1), 10) == []
+
+
+def test_a_reply_with_a_reason_is_the_gateways_error_and_frees_the_worker() -> None:
+    # An edge that could not send a dispatched request (a body a NorFab worker cannot
+    # take) answers it with Reply.reason: delivered as the core's errors are, not as
+    # the worker's answer, and the worker, which never saw it, takes the next at once.
+    r = Router(CFG)
+    reg(r, W1)
+    rid, _ = submit(r, req())
+    queued, _ = submit(r, req())
+    out = r.handle(Reply(id=rid, status=400, body=(b"why",), worker=W1, reason="why"), 1)
+    (d,) = of(out, Deliver)
+    assert (d.reply.status, d.reason, d.final) == (400, "why", True)
+    assert dispatched(out) == [(W1, queued)]
+    assert r.stats()["failed"] == 1 and r.stats()["replied"] == 0
+    (d,) = of(answer(r, W1, queued, 2), Deliver)
+    assert d.reason == ""  # the worker's own answer
 
 
 # --- ALL ---------------------------------------------------------------------------------

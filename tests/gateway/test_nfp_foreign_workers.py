@@ -4,7 +4,9 @@ replies"; docs/protocols/nfp.md):
 
 - a NorFab client gets NorFab's statuses from a worker that is not a NorFab worker (any
   2xx is 200, any other final status NorFab's failure form) and none of its interim
-  replies; an NFP spec client gets the worker's status as it was sent.
+  replies; an NFP spec client gets the worker's status as it was sent;
+- a body a NorFab worker cannot take is not sent to it: the client gets its protocol's
+  "bad request", and the worker stays free.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import zmq
 
 from nfgate.codecs import dcp, sada
 from nfgate.codecs.dcp.messages import Registration
+from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Event, Get, Post, Response
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req
 
@@ -199,3 +202,54 @@ def test_a_spec_workers_interim_is_not_relayed_to_a_norfab_client_but_a_norfab_w
     )
     event = get(client, "norfab")
     assert isinstance(event, Event) and event.body == (started,)
+
+
+# ------------------------------------------------------------ bodies a NorFab worker cannot take
+
+
+@pytest.mark.parametrize(
+    "body",
+    [(b"\xff\x00binary",), (), (b"[1,2]",), (b'{"task":["echo"]}',), (b'{"task":"echo","timeout":"soon"}',)],
+)
+def test_a_body_a_norfab_worker_cannot_take_is_not_sent_and_the_worker_stays_free(
+    gw: Running, body: tuple[bytes, ...]
+) -> None:
+    worker = norfab_worker(gw, "nf", b"nfw")  # one job at a time (norfab_worker_capacity = 1)
+    client = gw.dealer("dcp")
+    client.send_multipart(dcp.encode(DcpRequest(service=b"nf", metadata=(b"bad",), data=body)))
+    until(lambda: gw.gateway.edges["nfp"].stats().get("bodies_refused") == 1)
+    assert gw.gateway.edges["dcp"].stats().get("client_errors_unsent") == 1  # DCP has no error reply
+    assert gw.gateway.router.stats()["failed"] == 1
+    # The worker got nothing and its one slot is free: the next request goes to it at once.
+    client.send_multipart(dcp.encode(DcpRequest(service=b"nf", metadata=(b"good",), data=(GOOD,))))
+    job = get(worker, "norfab")
+    assert isinstance(job, Post) and job.body == (GOOD,)
+    assert client.poll(0) == 0  # nothing came for the refused request
+
+
+def test_bad_request_answers_for_nfp_and_sada_clients(gw: Running) -> None:
+    worker = norfab_worker(gw, "nf", b"nfw")
+    spec = gw.dealer("nfp")
+    job = post(spec, "nf", b"plain text")
+    accepted, refused = responses(spec, "spec", 2)
+    assert accepted.status == 202 and refused.status == 400 and refused.uuid == job
+    [error] = json.loads(refused.body[0])["errors"]
+    assert error.startswith(REASON)
+    norfab = gw.dealer("nfp", b"nfc")
+    job = post(norfab, "nf", b"[]", dialect="norfab")
+    accepted, refused = responses(norfab, "norfab", 2)
+    assert refused.status == 200 and refused.uuid == job  # NorFab's failure form
+    value = entry(refused, "nfw")
+    assert value["failed"] is True
+    assert value["errors"] == [f"nfgate: 400 {REASON}, not a JSON array"]
+    sada_client = gw.dealer("sada")
+    sada_client.send_multipart(
+        sada.encode(
+            Req(request_id="r-1", service="nf", version="", category="c", action="a", payload=b"\x00")
+        )
+    )
+    rep = sada.decode(recv(sada_client))
+    assert isinstance(rep, Rep) and (rep.request_id, rep.status) == ("r-1", 400)
+    assert rep.payload.decode().startswith(REASON)
+    assert quiet(worker)
+    assert gw.gateway.edges["nfp"].stats()["bodies_refused"] == 3

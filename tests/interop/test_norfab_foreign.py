@@ -1,15 +1,20 @@
 """The real NorFab 0.25 client and worker meeting peers of other protocols through
-nfgate (docs/translation.md "Status mapping", "Interim replies"):
+nfgate (docs/translation.md "Status mapping", "Interim replies", "Bodies a NorFab
+worker cannot take"):
 
 - a NorFab client served by a SADA server answering 201, 204, 302, or 102 before its
   200, gets each result in NorFab's terms and stays alive for the next job (a 201 as
-  it was sent killed its receiving thread, and every later job timed out).
+  it was sent killed its receiving thread, and every later job timed out);
+- a NorFab worker sent bodies it cannot read by a DCP client (bytes, nothing, a JSON
+  array) never gets them, and still serves the next job (it used to lose its POST
+  thread for good while it kept heartbeating).
 
 nfgate only: the real NorFab broker has neither a SADA nor a DCP edge.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import traceback
@@ -18,7 +23,9 @@ from typing import Any
 import pytest
 import zmq
 
-from nfgate.codecs import sada
+from nfgate.codecs import dcp, sada
+from nfgate.codecs.dcp.messages import Reply as DcpReply
+from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req
 
 from .conftest import Broker, Peers
@@ -129,3 +136,44 @@ def test_a_norfab_client_gets_other_protocols_statuses_in_norfabs_terms(broker: 
     failed = results["s302"]  # NorFab has no redirect: its failure form, as for a 4xx/5xx
     assert failed.get("failed") is True, logs
     assert failed.get("errors") == ["nfgate: 302 worker error"], logs
+
+
+def _dcp_call(endpoint: str, service: bytes, data: tuple[bytes, ...], wait_ms: int) -> list[bytes] | None:
+    """A DCP client's REQUEST; the REPLY's data parts, or None when none comes in ``wait_ms``."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        sock.send_multipart(dcp.encode(DcpRequest(service=service, metadata=(b"m",), data=data)))
+        if not sock.poll(wait_ms):
+            return None
+        reply = dcp.decode(sock.recv_multipart())
+        assert isinstance(reply, DcpReply), reply
+        return list(reply.data)
+    finally:
+        ctx.destroy(linger=0)
+
+
+@pytest.mark.interop
+@pytest.mark.timeout(120)
+def test_bodies_a_norfab_worker_cannot_read_never_reach_it(broker: Broker, peers: Peers) -> None:
+    if broker.kind == "norfab" or not broker.dcp:
+        pytest.skip("the real NorFab broker has no DCP edge")
+    peers.start_worker("nfw1", service="nfecho")
+    good = json.dumps({"task": "echo", "kwargs": {"a": 1}, "args": [], "timeout": 10}).encode()
+    first = peers.run_client(
+        "c-before", service="nfecho", task="echo", workers="any", kwargs={"n": 1}, wait_workers=["nfw1"]
+    )
+    logs = f"{first!r}\n{peers.logs()}"
+    assert (first.get("job") or {}).get("nfw1", {}).get("result") == {"n": 1}, logs
+    for bad in ((b"\xff\x00binary",), (), (b"[1, 2]",), (b'{"task": ["echo"]}',)):
+        # Refused by nfgate: DCP has no error reply, so nothing comes back.
+        assert _dcp_call(broker.dcp, b"nfecho", bad, 1500) is None, f"{bad!r}\n{peers.logs()}"
+    data = _dcp_call(broker.dcp, b"nfecho", (good,), 15_000)
+    assert data is not None, f"no REPLY to a good job after the bad ones\n{peers.logs()}"
+    assert json.loads(data[0])["nfw1"]["result"] == {"a": 1}, peers.logs()
+    after = peers.run_client("c-after", service="nfecho", task="echo", workers="any", kwargs={"n": 2})
+    logs = f"{after!r}\n{peers.logs()}"
+    assert (after.get("job") or {}).get("nfw1", {}).get("result") == {"n": 2}, logs
+    assert "Traceback" not in peers.logs(), peers.logs()  # its POST thread never failed
