@@ -131,8 +131,10 @@ class TargetKind(StateEnum):
 
 @attrs.frozen(kw_only=True)
 class Target:
-    """Which workers of the service. ``any_service`` (NAMED only): the named workers
-    whatever services they offer; NorFab's pseudo-service ``all`` is resolved to it."""
+    """Which workers of the service. ``any_service`` (NAMED only): a named worker of the
+    client's own protocol takes the request whatever services it offers (NorFab's
+    pseudo-service ``all`` is resolved to it, and a NorFab client's names mean it); a
+    named worker of another protocol must still offer the service."""
 
     kind: TargetKind = TargetKind.ANY
     names: tuple[str, ...] = attrs.field(default=(), converter=_tuple)

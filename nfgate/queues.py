@@ -38,6 +38,7 @@ __all__ = [
     "PartState",
     "Waitlist",
     "advance",
+    "any_service_for",
     "best_queue",
     "forget_in",
     "mark_free",
@@ -367,6 +368,11 @@ class WorkerState:
     def offers(self, ref: ServiceRef) -> bool:
         return any(ref.matches(s) for s in self.services)
 
+    def takes_named(self, request: Request) -> bool:
+        """True if a part of ``request`` naming this worker may be bound to it: it
+        offers the service, or the target says any service (:func:`any_service_for`)."""
+        return any_service_for(request, self.peer) or self.offers(request.service)
+
     def keeps_its_work(self, reg: Register) -> bool:
         """True if ``reg`` (a new READY or INTR of this worker) keeps its name and still
         offers every request it is working on, with none bound to it waiting."""
@@ -374,7 +380,7 @@ class WorkerState:
             reg.name == self.name
             and not self.backlog.live
             and all(
-                part.job.request.target.any_service
+                any_service_for(part.job.request, self.peer)
                 or any(part.job.request.service.matches(s) for s in reg.services)
                 for part in self.in_flight.values()
             )
@@ -411,6 +417,15 @@ class WorkerState:
 
 Queues = dict[str, dict[str | None, FairQueue]]
 PeerSets = dict[str, OrderedDict[Peer, None]]
+
+
+def any_service_for(request: Request, worker: Peer) -> bool:
+    """True when ``request`` (a NAMED target with ``any_service``) may go to the named
+    ``worker`` whatever services it offers: only a worker of the client's own protocol.
+    NorFab's broker looks a name up among all its workers, where a task name means the
+    same to every worker; a worker of another protocol would take the job as a request
+    for its own service, so it must offer the job's service like any named worker."""
+    return request.target.any_service and worker.protocol == request.reply_to.protocol
 
 
 def best_queue(queues: Queues, w: WorkerState) -> tuple[int, str, str | None] | None:

@@ -313,7 +313,7 @@ class Router(WorkerSide):
             self._workers[part.bound].backlog.push(part)
         elif part.name is not None:
             peer = self._by_name.get(part.name)
-            if peer is not None and (part.job.request.target.any_service or self._workers[peer].offers(ref)):
+            if peer is not None and self._workers[peer].takes_named(part.job.request):
                 part.bound = peer
                 self._workers[peer].backlog.push(part)
             else:

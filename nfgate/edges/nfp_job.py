@@ -49,6 +49,9 @@ def job_target(service: str, parsed: str | tuple[str, ...], *, norfab: bool = Fa
     and so does any named target of a ``norfab`` client: NorFab's broker looks a name up
     among all its workers (``filter_workers``), so a job for ``echo`` naming a worker of
     another service runs there, where the spec's named worker must offer the service.
+    Either way only among NFP workers (``any_service`` is for the client's own protocol,
+    :func:`nfgate.queues.any_service_for`): a named DCP, MemoDB, SADA or DBP worker
+    must offer the job's service, or would take a NorFab task as a request for its own.
     Raises ValueError for the pseudo-service with ``any`` or ``all`` left unresolved."""
     if service == PSEUDO_SERVICE:
         if isinstance(parsed, str):

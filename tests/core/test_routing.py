@@ -323,18 +323,48 @@ def test_named_several_names_one_reply_each_and_worker_must_offer_service() -> N
 def test_named_any_service_reaches_the_named_workers_whatever_they_offer() -> None:
     # NorFab's pseudo-service "all": the NFP edge resolves it to named workers of any service.
     r = Router(CFG)
-    reg(r, W1, 0, name="w1")
-    reg(r, W2, 0, svc("rev"), name="w2")
+    n1, n2, n3 = worker("n1", "nfp"), worker("n2", "nfp"), worker("n3", "nfp")
+    reg(r, n1, 0, name="w1")
+    reg(r, n2, 0, svc("rev"), name="w2")
     target = Target(kind=TargetKind.NAMED, names=("w1", "w2"), any_service=True)
     rid, out = submit(r, req("all", target=target))
-    assert dispatched(out) == [(W1, rid), (W2, rid)]
-    assert of(out, Accepted)[0].workers == (W1, W2)
-    assert not of(answer(r, W1, rid), Deliver)[0].final
-    assert of(answer(r, W2, rid), Deliver)[0].final
+    assert dispatched(out) == [(n1, rid), (n2, rid)]
+    assert of(out, Accepted)[0].workers == (n1, n2)
+    assert not of(answer(r, n1, rid), Deliver)[0].final
+    assert of(answer(r, n2, rid), Deliver)[0].final
     # A named worker that is gone is waited for under its name, whatever it will offer.
     rid, out = submit(r, req("all", target=Target(kind=TargetKind.NAMED, names=("w3",), any_service=True)))
     assert not of(out, Dispatch)
-    assert dispatched(reg(r, W3, 5, svc("other"), name="w3")) == [(W3, rid)]
+    assert dispatched(reg(r, n3, 5, svc("other"), name="w3")) == [(n3, rid)]
+
+
+def test_named_any_service_takes_workers_of_another_protocol_only_for_their_service() -> None:
+    # A NorFab client's names cross services among NFP workers only: a DCP or SADA worker
+    # named for a job of another service would take it as a request for its own service.
+    r = Router(CFG)
+    dcp, sada, nfp = worker("d", "dcp"), worker("s", "sada"), worker("n", "nfp")
+    reg(r, dcp, 0, svc("multi"), name="dcp-d")
+    reg(r, sada, 0, svc("multi"), name="sada-s")
+    reg(r, nfp, 0, svc("multi"), name="nfp-n")
+    names = ("dcp-d", "sada-s", "nfp-n")
+    rid, out = submit(r, req("other", target=Target(kind=TargetKind.NAMED, names=names, any_service=True)))
+    assert dispatched(out) == [(nfp, rid)]  # the others wait for a worker of theirs offering "other"
+    assert of(out, Accepted)[0].workers == (nfp,)
+    answer(r, nfp, rid, 1)
+    for w in (dcp, sada, nfp):
+        r.handle(Heartbeat(peer=w), 900)
+    waited = of(r.tick(1_000), Deliver)  # and expire, as for a name nobody registered
+    assert [(d.reply.worker_name, d.reply.status) for d in waited] == [("dcp-d", 408), ("sada-s", 408)]
+    assert waited[-1].final
+    # For their own service they are named workers like any other.
+    rid, out = submit(
+        r, req("multi", target=Target(kind=TargetKind.NAMED, names=names, any_service=True)), 1_000
+    )
+    assert sorted(w.address for w, _ in dispatched(out)) == [b"d", b"n", b"s"]
+    # A worker registering again with other services, holding such a job, is a new worker.
+    assert r.stats()["workers_registered"] == 3
+    reg(r, sada, 1_001, svc("changed"), name="sada-s")
+    assert r.stats()["workers_registered"] == 4
 
 
 def test_named_worker_lost_waits_for_it_to_come_back() -> None:

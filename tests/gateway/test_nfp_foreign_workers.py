@@ -1,12 +1,14 @@
 """The NFP edge between NFP clients and workers of other protocols, and between clients
 of other protocols and NorFab workers (docs/translation.md "Status mapping", "Interim
-replies"; docs/protocols/nfp.md):
+replies", "NFP targets across protocols"; docs/protocols/nfp.md):
 
 - a NorFab client gets NorFab's statuses from a worker that is not a NorFab worker (any
   2xx is 200, any other final status NorFab's failure form) and none of its interim
   replies; an NFP spec client gets the worker's status as it was sent;
 - a body a NorFab worker cannot take is not sent to it: the client gets its protocol's
-  "bad request", and the worker stays free.
+  "bad request", and the worker stays free;
+- a NorFab client's named target reaches a worker of another protocol only for a
+  service that worker offers.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import zmq
 
 from nfgate.codecs import dcp, sada
 from nfgate.codecs.dcp.messages import Registration
+from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Event, Get, Post, Response
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req
@@ -253,3 +256,44 @@ def test_bad_request_answers_for_nfp_and_sada_clients(gw: Running) -> None:
     assert rep.payload.decode().startswith(REASON)
     assert quiet(worker)
     assert gw.gateway.edges["nfp"].stats()["bodies_refused"] == 3
+
+
+# ------------------------------------------------------------ named targets
+
+
+def test_a_norfab_clients_names_reach_other_protocols_only_for_their_own_service(gw: Running) -> None:
+    dcp_sock = dcp_worker(gw, b"multi", b"d1")
+    sada_sock, sada_name = sada_server(gw, "multi")
+    spec = spec_worker(gw, "multi", b"sw")
+    dcp_name = "dcp-" + b"d1".hex()
+    client = gw.dealer("nfp", b"nfc")
+    names = json.dumps([dcp_name, sada_name, "sw"])
+    # NorFab's broker looks names up among all its workers: the NFP worker of "multi"
+    # takes a job for "other"; the DCP and SADA workers would take it as a request for
+    # "multi", so they wait for a worker of theirs offering "other" and expire.
+    job = post(client, "other", GOOD, target=names, dialect="norfab")
+    spec_post = get(spec)
+    assert isinstance(spec_post, Post) and spec_post.service == "multi"  # its own service
+    send(spec, Response(header=WORKER, service="multi", uuid=spec_post.uuid, status=200, body=(b"ok",)))
+    got = responses(client, "norfab", 4)
+    assert got[0].status == 202
+    by_name = {
+        next(iter(json.loads(r.body[0]))): entry(r, next(iter(json.loads(r.body[0])))) for r in got[1:]
+    }
+    assert by_name["sw"]["failed"] is False
+    for name in (dcp_name, sada_name):
+        assert by_name[name]["failed"] is True and by_name[name]["errors"][0].startswith("nfgate: 408")
+    assert all(r.uuid == job for r in got)
+    assert dcp_sock.poll(0) == 0
+    # For the service they offer, they are named workers like any other.
+    post(client, "multi", GOOD, target=json.dumps([dcp_name, sada_name]), dialect="norfab")
+    request = dcp.decode(recv(dcp_sock))
+    assert isinstance(request, DcpRequest) and request.service == b"multi"
+    dcp_sock.send_multipart(
+        dcp.encode(DcpReply(client=request.client, metadata=request.metadata, data=(b"d",)))
+    )
+    sada_req = sada_request(sada_sock)
+    assert sada_req.service == "multi"
+    sada_reply(sada_sock, sada_req, 200, b"s")
+    got = responses(client, "norfab", 3)
+    assert got[0].status == 202 and [r.status for r in got[1:]] == [200, 200]
