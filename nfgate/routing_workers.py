@@ -23,53 +23,32 @@ from nfgate.queues import (
     advance,
     unindex,
 )
-from nfgate.routing_types import Evict, Output, RouterConfig, WorkerChange
+from nfgate.routing_failures import FailureSide
+from nfgate.routing_types import Evict, Output, WorkerChange
 
 __all__ = ["WorkerSide"]
 
 
-class WorkerSide:
-    """Worker registration, liveness and removal for :class:`nfgate.routing.Router`."""
+class WorkerSide(FailureSide):
+    """Worker registration, liveness and removal for :class:`nfgate.routing.Router`
+    (the state it shares with the failure side is declared there)."""
 
-    _cfg: RouterConfig
-    _jobs: dict[int, Job]
-    _workers: dict[Peer, WorkerState]
     _by_name: dict[str, Peer]
-    _providers: dict[str, dict[Peer, None]]
     _free: dict[str, OrderedDict[Peer, None]]
     _queues: dict[str, dict[str | None, FairQueue]]
     _all_wait: dict[str, Waitlist]
     _named_wait: dict[str, Waitlist]
     _waiting: OrderedDict[Part, int]
     _liveness: dict[int, OrderedDict[Peer, int]]
-    _stats: dict[str, int]
     changes: deque[WorkerChange]
 
     if TYPE_CHECKING:  # the request side, in Router
-
-        def _feed(self, w: WorkerState, now: int, out: list[Output]) -> None: ...
 
         def _place(self, part: Part, *, retry: bool = False) -> None: ...
 
         def _fan_out(self, job: Job, now: int, out: list[Output]) -> bool: ...
 
         def _uncount(self, name: str) -> None: ...
-
-        def _finish(
-            self, part: Part, event: Event, status: int, reason: str, out: list[Output], name: str = ""
-        ) -> None: ...
-
-        def _lost(
-            self,
-            part: Part,
-            now: int,
-            out: list[Output],
-            status: int,
-            reason: str,
-            *,
-            timeout: bool = False,
-            name: str = "",
-        ) -> None: ...
 
     def _touch(self, w: WorkerState, now: int) -> None:
         if w.timeout:

@@ -26,7 +26,15 @@ FORBIDDEN = {
 
 CORE = [
     CODECS.parent / "nfgate" / f"{name}.py"
-    for name in ("routing", "routing_workers", "routing_views", "routing_types", "queues", "model")
+    for name in (
+        "routing",
+        "routing_workers",
+        "routing_failures",
+        "routing_views",
+        "routing_types",
+        "queues",
+        "model",
+    )
 ]
 
 
