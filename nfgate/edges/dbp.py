@@ -21,10 +21,8 @@ and the beacon, ``nfgate.codecs.dbp`` for the wire, and the tables in
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
-import socket
 import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
@@ -53,6 +51,7 @@ from nfgate.codecs.dbp.session import (
     step,
 )
 from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, WireCounts, forget_oldest
+from nfgate.edges.dbp_beacon import beacon_socket
 from nfgate.edges.dbp_catalog import ServiceCache, answer
 from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, option_address
 from nfgate.edges.dbp_service import Service, udp_target
@@ -121,7 +120,7 @@ class DbpEdge(RouterEdge):
             if udp == UDP_DEFAULT:
                 udp = (router_host, self._router_port)
             self.udp = UdpEndpoint(*udp, broadcast=beacon is not None) if udp is not None else None
-            self._beacon, self._beacon_sock = self._beacon_socket(beacon)
+            self._beacon, self._beacon_sock = beacon_socket(beacon, self.udp)
         except TransportError:
             self.transport.close()
             if self.udp is not None:
@@ -144,27 +143,6 @@ class DbpEdge(RouterEdge):
             self.udp.endpoint if self.udp else "(no UDP)",
             f"{beacon[0]}:{beacon[1]}" if beacon else "(off)",
         )
-
-    def _beacon_socket(self, beacon: Address | None) -> tuple[Address | None, UdpEndpoint | None]:
-        """The beacon's target (resolved once now: ``sendto`` would resolve a host name
-        every second, blocking the loop) and the socket it leaves from: the heartbeat
-        socket when that can reach the target, else one of its own."""
-        if beacon is None:
-            return None, None
-        try:
-            target = (socket.gethostbyname(beacon[0]), beacon[1])
-        except (OSError, UnicodeError) as exc:
-            raise TransportError(f"cannot resolve the beacon address {beacon[0]!r}: {exc}") from None
-        loopback = ipaddress.IPv4Address(target[0]).is_loopback
-        udp = self.udp
-        # The beacon is IPv4 (a broadcast): a heartbeat socket on IPv6 cannot send it.
-        if (
-            udp is not None
-            and ":" not in udp.address[0]
-            and (udp.address[0] == "0.0.0.0" or ipaddress.IPv4Address(udp.address[0]).is_loopback == loopback)
-        ):
-            return target, udp
-        return target, UdpEndpoint("127.0.0.1" if loopback else "0.0.0.0", 0, broadcast=True)
 
     def sockets(self) -> Sequence[zmq.Socket[bytes] | int]:
         socks: list[zmq.Socket[bytes] | int] = [self.transport.socket]
