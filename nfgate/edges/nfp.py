@@ -424,9 +424,14 @@ class NfpEdge(RouterEdge):
                 service = p.service if request.target.any_service else request.service.name
                 frames = wire.dispatch_frames(uuid, body, p.dialect, service=service, target="any")
         except EncodeError as exc:
+            # What its dialect cannot carry: the worker never sees the request, so this
+            # is no answer of its, and the worker is fine (it was taken for gone before,
+            # and dropped). The reason makes it the gateway's failure: another worker may
+            # carry it; else 500.
             self.unencodable("POST", p.dialect, exc)
-            self._forget_worker(address, p)
-            return [Unregister(peer=out.worker, reason="socket gone")]
+            del p.held[uuid]
+            reason = f"cannot be sent to a {p.dialect}-dialect NFP worker: {exc.reason}"
+            return [Reply(id=request.id, status=Status.ERROR, worker=out.worker, reason=reason)]
         self.send_later(address, frames)  # a worker that is gone is found in flush()
         return []
 
