@@ -425,6 +425,12 @@ class JobStore:
         """Needs no fsync (it acknowledges nothing). Raises :class:`sqlite3.Error`."""
         self._write("UPDATE jobs SET state = ? WHERE uuid = ?", (state.value, uuid))
 
+    def set_client(self, uuid: str, client: bytes) -> None:
+        """The job's client is now ``client`` (its resend from a new socket). Needs no
+        fsync: a restart with the old one loses only a push (GET still answers). Raises
+        :class:`sqlite3.Error`."""
+        self._write("UPDATE jobs SET client = ? WHERE uuid = ?", (client, uuid))
+
     def add_result(
         self,
         uuid: str,

@@ -37,6 +37,7 @@ from nfgate.errors import DecodeError, EncodeError
 from nfgate.model import Cancel, Command, Peer, Reply, Request, ServiceRef, Status, Target, TargetKind
 from nfgate.routing_types import STATUS_CANCELLED, Accepted, Deliver
 from nfgate.store import JobRecord, JobState, JobStore
+from nfgate.transports.zmq import identity_label
 
 if TYPE_CHECKING:
     from nfgate.edges.nfp import NfpEdge
@@ -114,6 +115,18 @@ class NfpJobs:
             return []
         known = self._by_uuid.get(uuid)
         if known is not None:
+            if known.client != peer.address and (known.service, known.dialect) == (service, dialect):
+                # The spec's retry: "close the request socket and open a new socket, and
+                # resend the request on that new socket". The uuid names the job (any
+                # client may GET it), so the new socket takes it over, results included.
+                log.debug(
+                    "%s: job %s resent by %s: its results go there",
+                    self._edge.name,
+                    uuid,
+                    identity_label(peer.address),
+                )
+                known.client = peer.address
+                self._stored(self._store.set_client, uuid, peer.address)
             if known.client == peer.address:  # a resend (REQ retry): answer again, route once
                 self._ack(known, known.announced)
             else:

@@ -26,7 +26,7 @@ from nfgate.codecs.nfp.messages import (
 )
 
 from .conftest import Running, finish, start_gateway
-from .nfp_helpers import get, new_uuid, norfab_worker, post, quiet, send, spec_worker
+from .nfp_helpers import get, new_uuid, norfab_worker, post, quiet, send, spec_worker, store_of
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -382,3 +382,31 @@ def test_garbage_is_counted_and_harmless(gw: Running) -> None:
     assert get(client).status == 202  # type: ignore[attr-defined]
     assert get(w).body == (b"still",)  # type: ignore[attr-defined]
     assert gw.gateway.edges["nfp"].stats()["undecodable"] >= 3
+
+
+def test_a_resend_from_a_new_socket_takes_the_job_over(gw: Running) -> None:
+    """The spec's retry ("close the request socket and open a new socket, and resend the
+    request on that new socket") got 400 "job uuid already in use", which says SHOULD
+    NOT retry, while the job ran on. Now the new socket is answered 202 again and gets
+    the result; the job is routed once. Another service under the same uuid is still
+    refused."""
+    worker = spec_worker(gw, "slow", b"sw-1")
+    first = gw.dealer("nfp", b"c-old")
+    job = post(first, "slow", b"work")
+    assert get(first).status == 202  # type: ignore[attr-defined]
+    dispatched = get(worker)
+    assert isinstance(dispatched, Post)
+    second = gw.dealer("nfp", b"c-new")
+    send(second, Post(header=CLIENT, service="slow", target="any", uuid=job, body=(b"work",)))
+    again = get(second)
+    assert isinstance(again, Response) and again.status == 202 and again.uuid == job
+    other = gw.dealer("nfp", b"c-other")
+    send(other, Post(header=CLIENT, service="fast", target="any", uuid=job, body=(b"x",)))
+    refused = get(other)
+    assert isinstance(refused, Response) and refused.status == 400
+    assert quiet(worker)  # routed once
+    send(worker, Response(header=WORKER, service="slow", uuid=dispatched.uuid, status=200, body=(b"done",)))
+    result = get(second)
+    assert isinstance(result, Response) and result.status == 200 and result.body == (b"done",)
+    assert quiet(first)
+    assert store_of(gw).get(job).client == b"c-new"  # type: ignore[union-attr]
