@@ -6,13 +6,25 @@ applies to every job: the core's status to an NFP status, a parsed target to the
 from __future__ import annotations
 
 import time
+from typing import Any
 
+from nfgate.codecs._base import load_json
 from nfgate.codecs.nfp import session as nfpjson
 from nfgate.codecs.nfp.messages import BROKER, Event, Response, Stream
 from nfgate.codecs.nfp.targets import PSEUDO_SERVICE
 from nfgate.model import ALL, ANY, Status, Target, TargetKind
 
-__all__ = ["INTERIM_CLASS", "Job", "error_response", "job_target", "nfp_status", "to_target", "wall_ms"]
+__all__ = [
+    "INTERIM_CLASS",
+    "Job",
+    "body_dict",
+    "error_response",
+    "job_target",
+    "nfp_status",
+    "store_refusal",
+    "to_target",
+    "wall_ms",
+]
 
 # The NFP spec's status list has no 503/504 ("MAY NOT use status codes not defined"):
 # a worker timeout is 408 (design.md), a full queue an internal error.
@@ -100,3 +112,18 @@ class Job:
         self.recovered = False
         self.refused = False  # its record could not be stored: the client gets 500, not 202
         self.told = False  # the client has had that 500
+
+
+def body_dict(body: tuple[bytes, ...]) -> dict[str, Any]:
+    """A stored result's body as the JSON object it holds, or ``{}`` (several frames, not
+    JSON, not an object): what a merged NorFab GET can use. Raises nothing."""
+    try:
+        value = load_json(body[0]) if len(body) == 1 else None
+    except (ValueError, UnicodeDecodeError):
+        value = None
+    return value if isinstance(value, dict) else {}
+
+
+def store_refusal(exc: BaseException) -> str:
+    """The reason a client is given when its job could not be stored (``exc``)."""
+    return f"job store unavailable, job not accepted: {exc}"

@@ -27,12 +27,20 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nfgate.codecs._base import load_json
 from nfgate.codecs.nfp import codec as wire
 from nfgate.codecs.nfp import session as nfpjson
 from nfgate.codecs.nfp.messages import BROKER, Delete, Event, Get, Post, Put, Response, Stream
 from nfgate.codecs.nfp.targets import PSEUDO_SERVICE, format_target, parse_target, pseudo_targets
-from nfgate.edges.nfp_job import INTERIM_CLASS, Job, error_response, job_target, nfp_status, wall_ms
+from nfgate.edges.nfp_job import (
+    INTERIM_CLASS,
+    Job,
+    body_dict,
+    error_response,
+    job_target,
+    nfp_status,
+    store_refusal,
+    wall_ms,
+)
 from nfgate.errors import DecodeError, EncodeError
 from nfgate.model import Cancel, Command, Peer, Reply, Request, ServiceRef, Status, Target, TargetKind
 from nfgate.routing_types import STATUS_CANCELLED, Accepted, Deliver
@@ -193,7 +201,7 @@ class NfpJobs:
             # NorFab's results, one per worker, merged as NorFab's client reads them. A job
             # whose only results are the broker's failures (a 408 at the queue expiry, with
             # no worker to key it under) is told that failure, as it was when it ended.
-            merged = nfpjson.merge(self._as_dict(r.body) for r in kept)
+            merged = nfpjson.merge(body_dict(r.body) for r in kept)
             self._send(
                 peer.address,
                 dialect,
@@ -206,14 +214,6 @@ class NfpJobs:
                 dialect,
                 Response(header=BROKER, service=service, uuid=uuid, status=r.status, body=r.body or (b"",)),
             )
-
-    @staticmethod
-    def _as_dict(body: tuple[bytes, ...]) -> dict[str, Any]:
-        try:
-            value = load_json(body[0]) if len(body) == 1 else None
-        except (ValueError, UnicodeDecodeError):
-            value = None
-        return value if isinstance(value, dict) else {}
 
     def delete(self, peer: Peer, dialect: str, msg: Delete) -> list[Command]:
         uuid, service = msg.uuid, msg.service or ""
@@ -274,7 +274,7 @@ class NfpJobs:
             cancel = self._refuse(job)
             job.told = True
             self._send(
-                job.client, job.dialect, error_response(job.service, uuid, Status.ERROR, self._refusal(exc))
+                job.client, job.dialect, error_response(job.service, uuid, Status.ERROR, store_refusal(exc))
             )
             return [cancel]
         if not added:  # a uuid some earlier job used: refuse it, undo the routing
@@ -301,10 +301,6 @@ class NfpJobs:
         self._by_uuid.pop(job.uuid, None)
         self.count("jobs_refused")
         return Cancel(peer=self._edge.peer(job.client), job_id=str(job.core_id))
-
-    @staticmethod
-    def _refusal(exc: BaseException) -> str:
-        return f"job store unavailable, job not accepted: {exc}"
 
     def _store_failed(self, exc: BaseException) -> None:
         """Count a failed store operation; log the first of an outage at ERROR (not one
@@ -562,7 +558,7 @@ class NfpJobs:
             self._store_failed(exc)
             for job in batch:
                 self._edge.command_later(self._refuse(job))
-            return self._refusal(exc)
+            return store_refusal(exc)
         return ""
 
     def _send_outbox(self, outbox: list[tuple[bytes, list[bytes], Job | None]], refusal: str) -> None:
