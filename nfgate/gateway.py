@@ -256,11 +256,35 @@ class Gateway:
             while not self._should_return():
                 self.step()
             now = self._clock()
+            self._abandon(now)
             for edge in self.edges.values():
                 edge.drain(now)
         finally:
             self.state = "stopped"
             root.removeHandler(self.logs)
+
+    def _abandon(self, now: int) -> None:
+        """Answer the clients of requests still open, but for edges that keep theirs
+        across a restart: a SADA client's REP 503 now beats its own timeout."""
+        gone = [name for name, edge in self.edges.items() if not edge.keeps_requests]
+        try:
+            outputs = self.router.abandon(gone)
+        except Exception:
+            self._bug(None, "the core's abandon at exit")
+            return
+        if outputs:
+            log.info(
+                "stopping: %d open request(s) of clients that do not outlive it answered unavailable",
+                len(outputs),
+            )
+        for output in outputs:
+            edge = self._edge_for(output)
+            if edge is not None:
+                try:
+                    edge.emit(output, now)
+                except Exception:
+                    self._bug(edge, "emit at exit")
+        self._flush(now)
 
     def step(self, max_wait_ms: int = MAX_SLEEP_MS) -> None:
         """One iteration: poll, read, route, tick, flush."""

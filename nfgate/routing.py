@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict, deque
+from collections.abc import Collection
 
 import attrs
 
@@ -201,6 +202,29 @@ class Router(WorkerSide):
         taken can finish. A request a worker sends (DCP chaining, a worker's own request)
         is still taken: the work in flight may need it."""
         self._closing = True
+
+    def abandon(self, edges: Collection[str]) -> list[Output]:
+        """The gateway stops with requests still open: end those whose client is on one
+        of ``edges`` with 503 "gateway stopped", so their clients are answered now (a
+        SADA client's REP 503; DCP and MemoDB have no error reply) instead of waiting out
+        their own timeouts. Edges whose requests outlive a restart (NFP's stored jobs)
+        are not named. A queued part leaves its queue; a part at a worker is no longer
+        its (no Abort: the worker's edge is closing too) and its answer, if it comes, is
+        dropped."""
+        out: list[Output] = []
+        for job in list(self._jobs.values()):
+            if job.request.reply_to.edge not in edges:
+                continue
+            for part in job.parts:
+                if part.state is PartState.QUEUED:
+                    self._unqueue(part)
+                elif part.state is PartState.IN_FLIGHT and part.worker is not None:
+                    del self._workers[part.worker].in_flight[job.request.id]
+                    part.worker = None
+                else:
+                    continue
+                self._finish(part, Event.FAIL, Status.UNAVAILABLE, "gateway stopped", out)
+        return out
 
     def stats(self) -> dict[str, int]:
         """Counters since start, plus gauges (workers, jobs, queued, in_flight)."""

@@ -143,6 +143,10 @@ class Edge(abc.ABC):
     # the start (a Prometheus counter that first appears at 1 hides that first increase).
     # connections_closed: workers' connections seen closing (RouterEdge.watches_connections).
     EVENTS: ClassVar[tuple[str, ...]] = ("connections_closed", "internal_errors", "undecodable", "unroutable")
+    # True for an edge whose clients' requests outlive a stop (NFP's stored jobs, taken
+    # up again after a restart); the others' open requests are ended at exit with their
+    # protocol's "unavailable" (Router.abandon).
+    keeps_requests: ClassVar[bool] = False
     drained: bool = False
     """Set by :meth:`receive` when it stopped because nothing more was waiting, not
     because its budget ran out: the gateway then reads no further chunk from this edge

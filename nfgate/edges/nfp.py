@@ -103,6 +103,7 @@ class _Peer:
 class NfpEdge(RouterEdge):
     protocol = "nfp"
     watches_connections = True
+    keeps_requests = True  # jobs are stored: dispatched again after a restart
     EVENTS = (
         *RouterEdge.EVENTS,
         "accepted_unknown",

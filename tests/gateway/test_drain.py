@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 import zmq
 
-from nfgate.codecs import dcp, nfp
+from nfgate.codecs import dcp, nfp, sada
 from nfgate.codecs.dcp.messages import Reply as DcpReply
 from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Disconnect, Keepalive, Post, Ready, Response
+from nfgate.codecs.sada.messages import Rep, Req
 from nfgate.model import Status
+from nfgate.store import JobState, JobStore
 from tests.ports import random_bind_args
 from tests.serving import Server, metrics_url, start
 
@@ -201,3 +203,42 @@ def test_drain_ms_0_stops_at_once_with_a_request_at_a_worker(
     assert not any(word in line for line in server.lines for word in ("draining:", "drained in", "drain:"))
     client.close()
     worker.close()
+
+
+def test_at_exit_sada_clients_are_answered_503_and_nfp_jobs_stay_stored(
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    """Requests still open when the gateway stops: a SADA client, whose protocol has an
+    "unavailable" answer, gets REP 503 at once, whether its request waited in a queue or
+    at a worker (it waited for its own timeout before); an NFP job is not failed: it is
+    stored and dispatched again after a restart."""
+    server = _serve(tmp_path, drain_ms=200)
+    worker = _dealer(ctx, server.endpoints["nfp"], b"slow-worker")
+    worker.send_multipart(nfp.encode(Ready(service="slow")))
+    at_worker = _dealer(ctx, server.endpoints["sada"], b"sada-a")
+    at_worker.send_multipart(
+        sada.encode(Req(request_id="r-at", service="slow", category="c", action="a", payload=b"1"))
+    )
+    held = _next_nfp(worker)  # the worker holds the SADA request and never answers
+    assert isinstance(held, Post) and held.body == (b"1",)
+    queued = _dealer(ctx, server.endpoints["sada"], b"sada-q")
+    queued.send_multipart(
+        sada.encode(Req(request_id="r-q", service="nobody", category="c", action="a", payload=b"2"))
+    )
+    nfp_client = _dealer(ctx, server.endpoints["nfp"], b"nfp-c")
+    job = uuidlib.uuid4().hex
+    nfp_client.send_multipart(
+        nfp.encode(Post(header=CLIENT, service="nobody", target="any", uuid=job, body=(b"{}",)))
+    )
+    accepted = _next_nfp(nfp_client)
+    assert isinstance(accepted, Response) and accepted.status == 202
+    server.proc.send_signal(signal.SIGTERM)
+    assert _wait(server) == 0
+    for sock, rid in ((queued, "r-q"), (at_worker, "r-at")):
+        rep = sada.decode(sock.recv_multipart())  # RCVTIMEO 5 s
+        assert isinstance(rep, Rep) and rep.request_id == rid and rep.status == Status.UNAVAILABLE
+    assert "answered unavailable" in _line(server, "stopping:")
+    record = JobStore(tmp_path / "data" / "jobs.sqlite3").get(job)
+    assert record is not None and record.state is JobState.QUEUED
+    for sock in (at_worker, queued, nfp_client, worker):
+        sock.close()
