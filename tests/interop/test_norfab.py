@@ -32,6 +32,7 @@ from nfgate.codecs.nfp.messages import WORKER, Keepalive
 from tests.ports import random_bind_args
 
 from .conftest import Broker, ClientRun, Peers, broker_kind, start_nfgate, stop_process
+from .thread_peer import ThreadPeer
 
 
 def _entry(job: Any, worker: str, logs: str) -> dict[str, Any]:
@@ -216,32 +217,20 @@ def test_all_job_whose_worker_is_killed_and_restarted_gets_every_workers_result(
 # ------------------------------------------------------------------------------ 4
 
 
-class DcpEchoWorker:
+class DcpEchoWorker(ThreadPeer):
     """A raw DCP worker (specs/dcp.md) on a DEALER, answering every REQUEST with its data.
 
     Runs in a thread that owns the socket; stops on ``stop`` or after ``lifetime`` seconds.
     """
 
+    thread_name = "dcp-echo-worker"
+
     def __init__(self, endpoint: str, service: bytes, identity: bytes, lifetime: float = 55.0) -> None:
-        self.endpoint = endpoint
+        super().__init__(endpoint, lifetime)
         self.service = service
         self.identity = identity
-        self.lifetime = lifetime
-        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self.stop = threading.Event()
         self.registered = threading.Event()
         self.requests: list[Request] = []
-        self.errors: list[str] = []
-        self.thread = threading.Thread(target=self._run, name="dcp-echo-worker", daemon=True)
-
-    def __enter__(self) -> DcpEchoWorker:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(5)
-        self.ctx.destroy(linger=0)
 
     def _send(self, sock: zmq.Socket[bytes], message: Any) -> None:
         sock.send_multipart(dcp.encode(message))

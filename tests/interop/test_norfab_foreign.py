@@ -15,7 +15,6 @@ nfgate only: the real NorFab broker has neither a SADA nor a DCP edge.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import traceback
 from typing import Any
@@ -29,6 +28,7 @@ from nfgate.codecs.dcp.messages import Request as DcpRequest
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req
 
 from .conftest import Broker, Peers
+from .thread_peer import ThreadPeer
 
 # service -> the REPs the SADA server answers with, in turn: (status, payload)
 ANSWERS: dict[str, list[tuple[int, bytes]]] = {
@@ -40,30 +40,18 @@ ANSWERS: dict[str, list[tuple[int, bytes]]] = {
 }
 
 
-class SadaStatusServer:
+class SadaStatusServer(ThreadPeer):
     """A raw SADA server (specs/sada.md) on a DEALER, introduced to nfgate's channel
     edge with the services of :data:`ANSWERS`, answering each REQ with its REPs.
 
     Runs in a thread that owns the socket; stops on ``stop`` or after ``lifetime`` seconds.
     """
 
+    thread_name = "sada-status-server"
+
     def __init__(self, endpoint: str, lifetime: float = 80.0) -> None:
-        self.endpoint = endpoint
-        self.lifetime = lifetime
-        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self.stop = threading.Event()
+        super().__init__(endpoint, lifetime)
         self.requests: list[Req] = []
-        self.errors: list[str] = []
-        self.thread = threading.Thread(target=self._run, name="sada-status-server", daemon=True)
-
-    def __enter__(self) -> SadaStatusServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(5)
-        self.ctx.destroy(linger=0)
 
     def _run(self) -> None:
         sock = self.ctx.socket(zmq.DEALER)
