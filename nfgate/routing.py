@@ -525,8 +525,15 @@ class Router(WorkerSide):
             elif part.state is PartState.IN_FLIGHT and part.worker is not None:
                 w = self._workers[part.worker]
                 del w.in_flight[job.request.id]
-                out.append(Abort(worker=w.peer, request=job.request))
-                freed.append(w)
+                if w.peer.protocol in self._cfg.cancel_keeps_slot:
+                    # Nothing tells the worker, which works on: the slot stays taken until
+                    # it answers (its answer is dropped) or leaves, as after a timeout.
+                    # No Abort either: its edge keeps the request, so the answer reaches us.
+                    w.late[job.request.id] = part
+                    part.worker = None
+                else:
+                    out.append(Abort(worker=w.peer, request=job.request))
+                    freed.append(w)
             else:
                 continue
             self._finish(part, Event.CANCEL, STATUS_CANCELLED, "cancelled", out)

@@ -77,6 +77,13 @@ class RouterConfig:
     liveness: Mapping[str, tuple[int, int]] = attrs.field(default=DEFAULT_LIVENESS, converter=_liveness_map)
     default_liveness: tuple[int, int] = (2500, 3)
     heartbeat_grants_slot: frozenset[str] = attrs.field(default=frozenset({"dcp"}), converter=frozenset)
+    # Protocols whose workers cannot be told to stop a request (no cancel message, and
+    # their edge does not hold back the next one itself, as MemoDB's does): a request
+    # cancelled at such a worker keeps its slot until the worker answers, as a timed-out
+    # one does. NFP workers get a DELETE.
+    cancel_keeps_slot: frozenset[str] = attrs.field(
+        default=frozenset({"dcp", "sada", "dbp"}), converter=frozenset
+    )
     max_in_flight_per_worker: int = attrs.field(default=64, validator=[v.instance_of(int), v.ge(1)])
 
     def timeout_for(self, peer: Peer) -> int:

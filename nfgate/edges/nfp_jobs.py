@@ -123,7 +123,14 @@ class NfpJobs:
             return []
         known = self._by_uuid.get(uuid)
         if known is not None:
-            if known.client != peer.address and (known.service, known.dialect) == (service, dialect):
+            # Only a job the core has taken (and the store holds): before that, the resend
+            # would be answered 202 for a job that may still be refused.
+            taken = known.core_id != 0
+            if (
+                taken
+                and known.client != peer.address
+                and (known.service, known.dialect) == (service, dialect)
+            ):
                 # The spec's retry: "close the request socket and open a new socket, and
                 # resend the request on that new socket". The uuid names the job (any
                 # client may GET it), so the new socket takes it over, results included.

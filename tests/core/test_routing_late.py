@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import attrs
 
-from nfgate.model import ALL, Forward, Heartbeat, Reply, Unregister
+from nfgate.model import ALL, Cancel, Forward, Heartbeat, Reply, Unregister
 from nfgate.routing import Router
-from nfgate.routing_types import Deliver
+from nfgate.routing_types import STATUS_CANCELLED, Abort, Deliver
 
-from .routing_helpers import CFG, W1, W2, answer, dispatched, of, reg, req, submit, svc, worker
+from .routing_helpers import CA, CFG, W1, W2, answer, dispatched, of, reg, req, submit, svc, worker
 
 # Workers stay alive through these tests unless a test lets them expire.
 LONG = attrs.evolve(CFG, queue_expiry_ms=10_000, liveness={"memodb": (60_000, 3), "dcp": (60_000, 3)})
@@ -243,3 +243,36 @@ def test_an_all_part_whose_worker_is_dropped_at_the_deadline_fails_504() -> None
     submit(r, req(target=ALL, timeout_ms=50), 0)
     (d,) = of(r.handle(Unregister(peer=W1), 50), Deliver)
     assert d.reply.status == 504 and d.final
+
+
+# --- a request cancelled at a worker that cannot be told -----------------------------
+
+
+def test_a_request_cancelled_at_a_dcp_worker_keeps_its_slot_until_the_worker_answers() -> None:
+    # DCP, SADA and DBP have no cancel: the worker works on. Freeing its slot sent it the
+    # next request while it was still busy with the cancelled one.
+    dw = worker("d1", "dcp")
+    r = Router(LONG)
+    reg(r, dw)
+    rid, _ = submit(r, req(), 0)
+    out = r.handle(Cancel(peer=CA, job_id=str(rid)), 10)
+    assert not of(out, Abort)  # its edge keeps the request: the answer comes back to us
+    (d,) = of(out, Deliver)
+    assert d.reply.status == STATUS_CANCELLED
+    assert slots(r, dw) == (1, 1)
+    nxt, out = submit(r, req(), 20)
+    assert dispatched(out) == []  # not while it works on the cancelled one
+    out = answer(r, dw, rid, 30)  # its late answer: dropped, the slot free again
+    assert not of(out, Deliver) and dispatched(out) == [(dw, nxt)]
+    assert r.stats()["late_replies"] == 1 and r.stats()["late"] == 0
+
+
+def test_a_request_cancelled_at_an_nfp_worker_frees_the_slot_with_an_abort() -> None:
+    nw = worker("n1", "nfp")  # the NFP edge sends the worker a DELETE
+    r = Router(LONG)
+    reg(r, nw)
+    rid, _ = submit(r, req(), 0)
+    nxt, _ = submit(r, req(), 1)
+    out = r.handle(Cancel(peer=CA, job_id=str(rid)), 10)
+    assert [a.request.id for a in of(out, Abort)] == [rid]
+    assert dispatched(out) == [(nw, nxt)]

@@ -5,6 +5,7 @@ garbage."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,10 @@ from nfgate.codecs.nfp.messages import (
     Ready,
     Response,
 )
+from nfgate.config import load
+from nfgate.serve import build
+from nfgate.transports.zmq import connect_dealer
+from tests.ports import random_binds
 
 from .conftest import Running, finish, start_gateway
 from .nfp_helpers import get, new_uuid, norfab_worker, post, quiet, send, spec_worker, store_of
@@ -410,3 +415,41 @@ def test_a_resend_from_a_new_socket_takes_the_job_over(gw: Running) -> None:
     assert isinstance(result, Response) and result.status == 200 and result.body == (b"done",)
     assert quiet(first)
     assert store_of(gw).get(job).client == b"c-new"  # type: ignore[union-attr]
+
+
+def test_a_resend_read_with_the_first_post_does_not_take_over_a_job_not_yet_taken(tmp_path: Path) -> None:
+    """Two sockets POST the same uuid, read in one batch: the second found the job before
+    the core had taken it and took it over, answered 202 before anything was stored; with
+    the service's queue full the core refused the first, the refusal went to no one, and
+    the job stayed "pending" for ever. Now only a job the core has taken is taken over."""
+    config = tmp_path / "nfgate.toml"
+    config.write_text("[routing]\nmax_queue_per_service = 1\n")
+    cfg = load(config, data_dir=tmp_path / "data", binds=random_binds(), no_metrics=True)
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    gateway = build(cfg, context)  # driven by hand: both POSTs are read in one step
+    try:
+        url = gateway.edges["nfp"].endpoint
+        socks = [connect_dealer(context, url, name) for name in (b"filler", b"c-a", b"c-b")]
+        for sock in socks:
+            sock.setsockopt(zmq.RCVTIMEO, 3000)
+        filler = new_uuid()
+        send(socks[0], Post(header=CLIENT, service="full", target="any", uuid=filler, body=(b"1",)))
+        for _ in range(50):  # the filler job takes the queue's one place
+            gateway.step(20)
+            if gateway.router.stats()["queued"] == 1:
+                break
+        job = new_uuid()
+        for sock in socks[1:]:
+            send(sock, Post(header=CLIENT, service="full", target="any", uuid=job, body=(b"2",)))
+        time.sleep(0.2)  # both waiting on the socket: one step reads both
+        for _ in range(10):
+            gateway.step(20)
+        first, second = (get(sock) for sock in socks[1:])
+        assert isinstance(first, Response) and first.status == 500  # the queue is full
+        assert isinstance(second, Response) and second.status == 400  # in use, not yet taken
+        assert set(gateway.edges["nfp"].jobs._by_uuid) == {filler}  # type: ignore[attr-defined]
+        for sock in socks:
+            sock.close(0)
+    finally:
+        gateway.close()
+        context.destroy(linger=0)
