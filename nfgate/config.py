@@ -18,7 +18,7 @@ The file (every table and key optional)::
 
     [routing]
     queue_expiry_ms = 300000         # a request with no worker waits this long, then 408 (behind busy workers: no limit)
-    max_redispatch = 3               # re-dispatches after a worker dies, then 500
+    max_redispatch = 3               # retries after a worker dies (500), times out (504), or its edge cannot send it
     max_queue_per_service = 10000    # beyond it: 503
     max_queued = 50000               # over all services; beyond it: 503
     max_in_flight_per_worker = 64

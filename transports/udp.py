@@ -17,6 +17,7 @@ __all__ = ["MAX_DATAGRAM", "Address", "UdpEndpoint", "parse_address"]
 
 Address = tuple[str, int]
 MAX_DATAGRAM = 65_535  # the largest UDP payload: a read never truncates a datagram
+_MAPPED = "::ffff:"  # an IPv4 address as an IPv6 socket names it (RFC 4291 2.5.5.2)
 
 
 def parse_address(text: str) -> Address:
@@ -51,6 +52,7 @@ class UdpEndpoint:
             reason = "address already in use" if getattr(exc, "errno", None) == errno.EADDRINUSE else exc
             raise TransportError(f"cannot bind udp://{host}:{port}: {reason}") from None
         self.socket = sock
+        self._v6 = sock.family == socket.AF_INET6
         bound_host, bound_port = sock.getsockname()[:2]
         self.address: Address = (str(bound_host), int(bound_port))
         self.received = 0
@@ -78,7 +80,12 @@ class UdpEndpoint:
                 # A previous sendto's ICMP "port unreachable" surfaces here on some
                 # systems; it says nothing about the datagrams still waiting.
                 continue
-            out.append((data, (str(sender[0]), int(sender[1]))))
+            host = str(sender[0])
+            # An IPv4 peer of a dual-stack IPv6 socket (bound to "::") shows as ::ffff:a.b.c.d:
+            # named as the IPv4 address it is, as the edge knows it (a DBP service's "ip").
+            out.append(
+                (data, (host.removeprefix(_MAPPED) if host.startswith(_MAPPED) else host, int(sender[1])))
+            )
         self.received += len(out)
         if self.tap is not None:
             for data, sender in out:
@@ -88,6 +95,8 @@ class UdpEndpoint:
     def sendto(self, data: bytes, address: Address) -> bool:
         """Send one datagram; False (and counted) when the system refuses it. UDP gives
         no delivery guarantee either way."""
+        if self._v6 and ":" not in address[0]:
+            address = (_MAPPED + address[0], address[1])  # an IPv4 peer, from an IPv6 socket
         try:
             self.socket.sendto(data, address)
         except (OSError, OverflowError):

@@ -494,9 +494,9 @@ class DbpEdge(RouterEdge):
             version=request.service.version,
         )
         # Capacity 1: the core gives a request only to a worker it counts as free (one
-        # whose request timed out keeps that slot until its late REPLY comes, which the
-        # core drops), so anything still held is a request cancelled meanwhile (DBP has
-        # no cancel): its REPLY is not wanted, and a plain REPLY must find the one
+        # whose request timed out or was cancelled keeps that slot until its late REPLY
+        # comes, which the core drops), so nothing should still be held; if something is
+        # (the core and the edge out of step), a plain REPLY must still find the one
         # request it can answer.
         svc.held.clear()
         svc.held[request.id] = request

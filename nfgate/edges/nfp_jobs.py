@@ -143,7 +143,8 @@ class NfpJobs:
                 known.client = peer.address
                 self._stored(self._store.set_client, uuid, peer.address)
             if known.client == peer.address:  # a resend (REQ retry): answer again, route once
-                self._ack(known, known.announced)
+                if taken:  # else the first POST's own answer (202, or 500) is on its way
+                    self._ack(known, known.announced)
             else:
                 self._error(peer.address, dialect, service, uuid, Status.UNKNOWN, "job uuid already in use")
             return []

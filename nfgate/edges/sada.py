@@ -2,7 +2,7 @@
 
 Wiring only: a ROUTER whose identity is its public endpoint + ``nfgate.codecs.sada`` +
 the channel table in ``nfgate.codecs.sada.session``. Decisions (docs/protocols/sada.md,
-docs/translation-sada.md):
+docs/translation.md):
 
 - Servers connect and INTR their services (name + version); they become workers of the
   routing core. An empty version is an unversioned service, matching any version asked.

@@ -9,6 +9,7 @@ Loopback only (``::1``): skipped, saying so, on a machine whose loopback has no 
 from __future__ import annotations
 
 import socket
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -169,3 +170,30 @@ def test_the_conformance_suite_runs_against_an_ipv6_endpoint(gw6: Running) -> No
         (r.id, r.verdict, r.reason) for r in report.results if r.verdict not in (Verdict.PASS, Verdict.INFO)
     ]
     assert not failed
+
+
+@needs_ipv6
+def test_a_dual_stack_udp_socket_names_ipv4_peers_as_ipv4_and_reaches_them() -> None:
+    """A DBP edge bound on tcp://[::] gets a UDP socket on "::": an IPv4 service's
+    datagrams came from ::ffff:127.0.0.1, which is not the "ip" it registered (so they
+    were "from another host" and ignored), and a beat sent to its IPv4 address failed."""
+    both = UdpEndpoint("::", 0)
+    v4 = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        if both.socket.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY):
+            pytest.skip("this machine's IPv6 sockets are IPv6-only (net.ipv6.bindv6only)")
+        v4.bind(("127.0.0.1", 0))
+        v4.settimeout(3)
+        v4.sendto(b"beat", ("127.0.0.1", both.address[1]))
+        got: list[tuple[bytes, tuple[str, int]]] = []
+        for _ in range(100):
+            got += both.recv_batch(4)
+            if got:
+                break
+            time.sleep(0.01)
+        assert got == [(b"beat", v4.getsockname())]
+        assert both.sendto(b"back", v4.getsockname())
+        assert v4.recvfrom(100)[0] == b"back"
+    finally:
+        v4.close()
+        both.close()
