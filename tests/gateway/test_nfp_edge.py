@@ -448,6 +448,17 @@ def test_a_resend_read_with_the_first_post_does_not_take_over_a_job_not_yet_take
         assert isinstance(first, Response) and first.status == 500  # the queue is full
         assert isinstance(second, Response) and second.status == 400  # in use, not yet taken
         assert set(gateway.edges["nfp"].jobs._by_uuid) == {filler}  # type: ignore[attr-defined]
+        # The same socket resending before the core took the job: one answer, the 500,
+        # not a 202 first (before, it was answered 202 for a job then refused).
+        again = new_uuid()
+        for _ in range(2):
+            send(socks[1], Post(header=CLIENT, service="full", target="any", uuid=again, body=(b"3",)))
+        time.sleep(0.2)
+        for _ in range(10):
+            gateway.step(20)
+        refused = get(socks[1])
+        assert isinstance(refused, Response) and refused.status == 500 and refused.uuid == again
+        assert quiet(socks[1])
         for sock in socks:
             sock.close(0)
     finally:
