@@ -439,10 +439,12 @@ class NfpEdge(RouterEdge):
     def _refuse_body(self, out: Dispatch, reason: str) -> Reply:
         """The answer to a request whose body a NorFab worker cannot take (``reason``,
         from :func:`norfab_job.refusal`). It is not sent: it would stop the worker for
-        good. It fails with 400 and ``reason``, the gateway's own error (Reply.reason),
-        so its client gets its protocol's "bad request" (NFP 400 naming the reason,
-        SADA REP 400 carrying it, DCP and MemoDB nothing) and the worker's slot is
-        free again. The reason is the body too: a SADA client's REP carries the body."""
+        good. The worker's slot is free again, and the core offers the request to
+        another worker of the service that may take it (a DCP worker takes any body);
+        with none it fails with 400 and ``reason``, the gateway's own error
+        (Reply.reason), so its client gets its protocol's "bad request" (NFP 400 naming
+        the reason, SADA REP 400 carrying it, DCP and MemoDB nothing). The reason is the
+        body too: a SADA client's REP carries the body."""
         request = out.request
         self.counters["bodies_refused"] += 1
         client = request.reply_to
