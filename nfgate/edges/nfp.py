@@ -55,6 +55,7 @@ from nfgate.edges import (
 )
 from nfgate.edges.kinds import NORFAB_WORKER_CAPACITY
 from nfgate.edges.nfp_jobs import NfpJobs
+from nfgate.edges.nfp_retention import JobRetention
 from nfgate.edges.nfp_services import NfpOptions, NfpServices
 from nfgate.errors import EncodeError
 from nfgate.model import Command, Heartbeat, Peer, Register, Reply, Request, ServiceRef, Status, Unregister
@@ -137,6 +138,7 @@ class NfpEdge(RouterEdge):
         self._peers: OrderedDict[bytes, _Peer] = OrderedDict()
         self._workers: dict[bytes, _Peer] = {}
         self.jobs = NfpJobs(self, store)
+        self.retention = JobRetention(settings.name, store, self.counters)
         self.services = NfpServices(self, options or NfpOptions())
         heartbeat: tuple[int, int] = settings.options.get("heartbeat", (2500, 6))  # type: ignore[assignment]
         self.heartbeat = heartbeat  # (interval ms, liveness): what this edge announces
@@ -523,7 +525,7 @@ class NfpEdge(RouterEdge):
 
     def tick(self, now_ms: int) -> list[Command]:
         late, self._late = self._late, []
-        self.jobs.expire(now_ms)  # when due
+        self.retention.expire(now_ms)  # when due
         if self._interval <= 0 or (self._next_keepalive is not None and now_ms < self._next_keepalive):
             return late
         self._next_keepalive = now_ms + self._interval
@@ -540,7 +542,7 @@ class NfpEdge(RouterEdge):
     def next_deadline(self) -> int | None:
         if self._late:
             return 0
-        expiry = self.jobs.next_expiry()
+        expiry = self.retention.next_expiry()
         if not self._workers or self._interval <= 0:
             self._next_keepalive = None
             return expiry

@@ -54,12 +54,6 @@ __all__ = ["NfpJobs"]
 
 log = logging.getLogger("nfgate.edge.nfp")
 
-# Retention (JobStore.expire): jobs purged per batch, and the pause after a batch that
-# was not full (nothing left to purge) or full (a backlog).
-EXPIRE_BATCH = 200
-EXPIRE_EVERY_MS = 1000
-EXPIRE_BACKLOG_MS = 50
-
 
 class NfpJobs:
     """The job records of one NFP edge (see the module docstring)."""
@@ -75,7 +69,6 @@ class NfpJobs:
         self._outbox: list[tuple[bytes, list[bytes], Job | None]] = []
         self._batch: list[Job] = []  # jobs whose records the open transaction holds
         self._failing = False  # the last durable commit failed (logged once per outage)
-        self._next_expiry: int | None = None  # monotonic ms of the next purge (None: at once)
 
     def recovered(self, uuid: str) -> bool:
         """True for a job accepted before the gateway's restart: a worker may hold it."""
@@ -584,38 +577,6 @@ class NfpJobs:
     def _refusal_frames(self, job: Job, reason: str) -> list[bytes] | None:
         reason = reason or "job store unavailable, job not accepted"
         return self._edge.encode(error_response(job.service, job.uuid, Status.ERROR, reason), job.dialect)
-
-    # ------------------------------------------------------------ retention
-
-    def next_expiry(self) -> int | None:
-        """When :meth:`expire` has work to do (monotonic ms); None without a retention."""
-        if self._store.retention_ms <= 0:
-            return None
-        return self._next_expiry if self._next_expiry is not None else 0
-
-    def expire(self, now_ms: int) -> None:
-        """Forget finished jobs past the store's retention, a batch at a time.
-
-        Why batches: the purge runs on the gateway's loop (a batch of 200 took about
-        2 ms with 200k jobs stored); a full batch means a backlog (a restart after a
-        long time, or more POSTs a second than one batch a second), so the next batch
-        comes after EXPIRE_BACKLOG_MS. A purge that fails (SQLite error) is logged,
-        counted (``expire_errors``) and tried again later: it must not stop the loop.
-        """
-        due = self.next_expiry()
-        if due is None or now_ms < due:
-            return
-        self._next_expiry = now_ms + EXPIRE_EVERY_MS
-        try:
-            self._store.begin(durable=False)  # committed with the iteration's batch (flush)
-            purged = self._store.expire(self._clock(), EXPIRE_BATCH)
-        except sqlite3.Error as exc:
-            self.count("expire_errors")
-            log.warning("%s: purging expired jobs failed: %s", self._edge.name, exc)
-            return
-        self._edge.counters["jobs_expired"] += purged
-        if purged >= EXPIRE_BATCH:
-            self._next_expiry = now_ms + EXPIRE_BACKLOG_MS
 
     def count(self, what: str) -> None:
         self._edge.counters[what] += 1

@@ -37,6 +37,7 @@ MODULES: dict[str, tuple[type[Edge], ...]] = {
     "memodb.py": (MemodbEdge,),
     "nfp.py": (NfpEdge,),
     "nfp_jobs.py": (NfpEdge,),
+    "nfp_retention.py": (NfpEdge,),
     "nfp_services.py": (NfpEdge,),
     "sada.py": (SadaChannelEdge,),
     "sada_server.py": (SadaServerEdge,),
@@ -75,7 +76,8 @@ def test_the_name_reader_finds_what_the_edges_count() -> None:
     assert {"internal_errors"} <= counted(EDGES / "base.py")
     assert {"unroutable", "undecodable"} <= counted(EDGES / "router_edge.py")
     assert {"unknown_reply", "empty_service", "reconnects_sent"} <= counted(EDGES / "dcp.py")
-    assert {"jobs_refused", "store_errors", "jobs_expired"} <= counted(EDGES / "nfp_jobs.py")
+    assert {"jobs_refused", "store_errors"} <= counted(EDGES / "nfp_jobs.py")
+    assert {"jobs_expired", "expire_errors"} <= counted(EDGES / "nfp_retention.py")
 
 
 @pytest.mark.parametrize("module", sorted(p.name for p in EDGES.glob("*.py")))
