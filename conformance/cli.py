@@ -15,7 +15,7 @@ import click
 
 from nfgate.cliparams import FiniteRange, NonEmptyPath
 from nfgate.conformance.model import Case, CaseResult, RunOptions
-from nfgate.conformance.registry import find_role, roles, select
+from nfgate.conformance.registry import find_role, select
 from nfgate.conformance.report import write_reports
 from nfgate.conformance.report.console import case_line, summary
 from nfgate.conformance.runner import run
@@ -40,10 +40,6 @@ Examples:
 def _usage(message: str) -> None:
     click.echo(f"nfgate: {message}", err=True)
     sys.exit(2)
-
-
-def _known_roles() -> str:
-    return ", ".join(f"{p}/{r}" for p, r in sorted(roles()))
 
 
 @click.command("conformance", epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})

@@ -161,8 +161,7 @@ class Gateway:
         self.published_at = 0.0  # time.monotonic() of the last publish: the loop is alive
         # More sections for stats() (the capture's counters), read at each publish.
         self.extra_stats: dict[str, Callable[[], dict[str, int]]] = {}
-        self.iterations = 0
-        self.misrouted = 0
+        self.iterations = 0  # loop iterations, exported with the core's counters
         self.internal_errors = 0
 
     # ------------------------------------------------------------------ running
@@ -407,9 +406,9 @@ class Gateway:
             case Catalog():
                 name = output.peer.edge
         edge = self.edges.get(name)
-        if edge is None:  # a peer of an edge that is gone: cannot happen while edges are fixed
-            self.misrouted += 1
-            log.warning("output for unknown edge %r dropped: %s", name, type(output).__name__)
+        if edge is None:  # a peer of an edge that is gone: cannot happen while edges are fixed, a bug
+            self.internal_errors += 1
+            log.error("internal error: output for unknown edge %r dropped: %s", name, type(output).__name__)
         return edge
 
     def _tick(self, now: int) -> None:
@@ -459,9 +458,17 @@ class Gateway:
             closer()
 
     def stats(self) -> dict[str, dict[str, int]]:
-        # The loop's own bug count joins the core's counters: nfgate_core_internal_errors_total.
+        # The loop's own bug count and iterations join the core's counters:
+        # nfgate_core_internal_errors_total, nfgate_core_iterations_total.
         draining = int(self._drain_until is not None)
-        out = {"core": {**self.router.stats(), "internal_errors": self.internal_errors, "draining": draining}}
+        out = {
+            "core": {
+                **self.router.stats(),
+                "internal_errors": self.internal_errors,
+                "iterations": self.iterations,
+                "draining": draining,
+            }
+        }
         for name, edge in self.edges.items():
             out[f"edge:{name}"] = edge.stats()
             out[f"traffic:{name}"] = attrs.asdict(edge.traffic())

@@ -4,10 +4,9 @@ spec and NorFab dialects, and the run-wide observer (status codes, malformed rep
 
 from __future__ import annotations
 
-import json
 import uuid as uuidlib
 
-from nfgate.codecs._base import Message, load_json
+from nfgate.codecs._base import Message
 from nfgate.codecs.nfp.messages import (
     BROKER,
     CLIENT,
@@ -180,17 +179,7 @@ def observe(ctx: CaseContext, got: Received) -> None:
         state.setdefault("statuses", {}).setdefault(status, got.text)
 
 
-def body_text(got: Received) -> str:
-    body = getattr(got.message, "body", None)
-    if not body:
-        return ""
-    try:
-        return json.dumps(load_json(body[0]))[:200]
-    except (ValueError, UnicodeDecodeError):
-        return repr(body[0][:200])
-
-
-__all__ += ["BROKER", "body_text", "disconnect", "norfab", "settle"]
+__all__ += ["BROKER", "disconnect", "norfab", "settle"]
 
 
 def command(dialect: str, number: int) -> bytes:

@@ -16,6 +16,8 @@ from nfgate.codecs.dcp.messages import Registration, Reply, Request
 from nfgate.edges import EdgeSettings
 from nfgate.edges.dcp import DcpEdge
 from nfgate.gateway import BATCH, SEND_EVERY, Gateway
+from nfgate.model import Peer, ServiceRef
+from nfgate.model import Request as CoreRequest
 from nfgate.routing import Router
 
 from .recording import Recorded
@@ -145,3 +147,29 @@ def test_a_bug_on_one_output_costs_only_that_output(
     assert replies == [(b"c2", (b"fine",))]
     assert gateway.internal_errors == 1 and edge.counters["internal_errors"] == 1
     assert gateway.stats()["core"]["internal_errors"] == 1  # nfgate_core_internal_errors_total
+
+
+def test_an_output_for_an_edge_that_does_not_exist_is_counted_as_a_bug_and_the_loop_goes_on(
+    loop: tuple[Gateway, Recorded],
+) -> None:
+    # The core only addresses peers its edges gave it: an output for another edge is a
+    # bug, logged and counted where the metrics show bugs, and the loop goes on.
+    gateway, memory = loop
+    iterate(gateway, memory, (b"w1", Registration(service=b"echo")))
+    stray = Peer(edge="gone", protocol="dcp", address=b"x")
+    memory.events.clear()
+    gateway.feed(
+        [CoreRequest(service=ServiceRef(name="echo"), reply_to=stray, metadata=(b"s",), body=(b"q",))], 0
+    )
+    assert gateway.internal_errors == 1  # its Accepted; its Dispatch went to w1
+    turns = gateway.stats()["core"]["iterations"]
+    gateway.step(0)  # sends the dispatch
+    assert gateway.stats()["core"]["iterations"] == turns + 1  # nfgate_core_iterations_total
+    (job,) = [m for kind, _, m in memory.events if kind == "send" and isinstance(m, Request)]
+    iterate(gateway, memory, (b"w1", Reply(client=job.client, metadata=(b"s",), data=(b"a",))))
+    assert gateway.stats()["core"]["internal_errors"] == 2  # its Deliver: nowhere to go
+    iterate(gateway, memory, (b"c1", request(b"r1")))  # w1 is free again and serves the next
+    sent = [
+        (peer, m.metadata) for kind, peer, m in memory.events if kind == "send" and isinstance(m, Request)
+    ]
+    assert sent == [(b"w1", (b"r1",))]
