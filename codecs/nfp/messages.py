@@ -315,5 +315,3 @@ class Mmi(Message):
 NfpMessage = (
     Open | Ready | Keepalive | Disconnect | Post | Get | Delete | Put | Response | Event | Stream | Mmi
 )
-JOBS = (Post, Get, Delete, Put)
-RESULTS = (Response, Event, Stream)
