@@ -184,8 +184,16 @@ class NfpJobs:
         if isinstance(wanted, tuple):
             results = [r for r in results if r.worker in wanted]
         if not results:
-            if job is not None and dialect == "norfab" and self._edge.poll(job.core_id):
-                return  # the worker answers it (NorFab's own way: 300, 102 or the result)
+            # The worker answers the job's client (NorFab's own way: 300, 102 or the
+            # result), so only that client's GET is passed on; another socket's (a client
+            # back under a new identity) is answered here, or it would get nothing.
+            if (
+                job is not None
+                and dialect == "norfab"
+                and peer.address == job.client
+                and self._edge.poll(job.core_id)
+            ):
+                return
             state = "PENDING" if job is not None else (record.state.value.upper() if record else "")
             body = nfpjson.dumps({"uuid": uuid, "service": service, "status": state})
             # 300 says "retry"; a job that ended without a result (cancelled) never has

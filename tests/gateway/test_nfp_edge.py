@@ -240,6 +240,31 @@ def test_a_norfab_clients_get_of_a_running_job_is_answered_by_its_worker(gw: Run
     assert quiet(w, 200)
 
 
+def test_a_get_from_another_socket_than_the_jobs_client_is_answered_by_the_gateway(gw: Running) -> None:
+    # The worker answers a passed-on GET to the job's client: a NorFab client back under
+    # a new identity (a restarted process) would get nothing, and the job's own client
+    # an answer it never asked for. So that GET is answered from the store: 300 while
+    # the job runs, the result once it is in.
+    client, w, job = _running_norfab_job(gw)
+    client.close(0)
+    other = gw.dealer("nfp", b"c2")
+    for _ in range(2):
+        _poll(other, job)
+        pending = get(other, "norfab")
+        assert isinstance(pending, Response) and pending.status == 300
+    assert quiet(w, 200)  # the worker was not asked
+    assert gw.gateway.edges["nfp"].counters["unroutable"] == 0
+    result = b'{"nfw":{"result":6,"failed":false}}'
+    send(w, Response(header=WORKER, client=b"c1", uuid=job, status=200, body=(result,)), "norfab")
+    for _ in range(50):  # until the gateway has read the result (bounded)
+        _poll(other, job)
+        final = get(other, "norfab")
+        if final.status != 300:  # type: ignore[attr-defined]
+            break
+        time.sleep(0.02)
+    assert final.status == 200 and json.loads(final.body[0])["nfw"]["result"] == 6  # type: ignore[attr-defined]
+
+
 def test_a_job_not_found_answer_to_a_passed_on_get_is_dropped(gw: Running) -> None:
     # A NorFab worker files a POST and answers a GET in separate threads: "JOB NOT FOUND"
     # can come before it filed the job. Relayed, it would fail the job at the client.
