@@ -50,7 +50,8 @@ class WorkerInfo:
     keepalives_tx: int = 0
     keepalives_rx: int = 0
     alive_s: float = 0.0
-    in_flight: int = 0
+    in_flight: int = 0  # requests it works on for a client that waits
+    late: int = 0  # requests that timed out or were cancelled there, still holding a slot
 
     def services(self) -> tuple[str, ...]:
         return tuple(s for s in self.service.split(",") if s)

@@ -148,7 +148,7 @@ def _show_workers(req: _Req, view: BrokerView) -> Any:
             "alive (s)": str(int(w.alive_s)),
         }
         if details:
-            row.update({"protocol": w.protocol, "edge": w.edge, "in flight": w.in_flight})
+            row.update({"protocol": w.protocol, "edge": w.edge, "in flight": w.in_flight, "late": w.late})
         rows.append(row)
     return rows or [dict(_NO_WORKERS)]
 
@@ -297,6 +297,7 @@ def _show_services(req: _Req, view: BrokerView) -> Any:
             "protocols": sorted({w.protocol for w in members}),
             "edges": sorted({w.edge for w in members}),
             "in flight": sum(w.in_flight for w in members),
+            "late": sum(w.late for w in members),
         }
         for name, members in view.services().items()
     ]

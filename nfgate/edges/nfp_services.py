@@ -199,7 +199,8 @@ class NfpServices:
                         keepalives_tx=sent,
                         keepalives_rx=heard,
                         alive_s=max(0.0, (now_mono - w.since_ms) / 1000),
-                        in_flight=w.in_flight,
+                        in_flight=w.in_flight - w.late,
+                        late=w.late,
                     )
                 )
         return BrokerView(

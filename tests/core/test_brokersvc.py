@@ -93,9 +93,9 @@ def test_show_workers_empty_is_norfabs_placeholder_row() -> None:
 
 def test_show_workers_details_adds_gateway_columns() -> None:
     (row,) = run(
-        "show_workers", view(worker("w1", edge="dcp", protocol="dcp", in_flight=4)), details=True
+        "show_workers", view(worker("w1", edge="dcp", protocol="dcp", in_flight=4, late=1)), details=True
     ).value
-    assert (row["protocol"], row["edge"], row["in flight"]) == ("dcp", "dcp", 4)
+    assert (row["protocol"], row["edge"], row["in flight"], row["late"]) == ("dcp", "dcp", 4, 1)
 
 
 @pytest.mark.parametrize(
@@ -231,7 +231,10 @@ def test_get_logs_records_and_filters() -> None:
 
 def test_spec_show_tasks() -> None:
     clients = (mmi.ClientInfo(name="c1", protocol="nfp", edge="nfp", last_seen_s=1.26, jobs=2),)
-    w = (worker("w1"), worker("w2", service="nornir", protocol="dcp", edge="dcp", in_flight=3, status="dead"))
+    w = (
+        worker("w1"),
+        worker("w2", service="nornir", protocol="dcp", edge="dcp", in_flight=3, late=2, status="dead"),
+    )
     v = view(*w, clients=clients, stats={"accepted": 5, "replied": 4})
     broker = run("show_broker", v).value
     assert (broker["workers"], broker["services"], broker["clients"]) == (2, 2, 1)
@@ -249,6 +252,7 @@ def test_spec_show_tasks() -> None:
         "protocols": ["dcp"],
         "edges": ["dcp"],
         "in flight": 3,
+        "late": 2,
     }
     assert services["echosvc"]["alive"] == 1
 

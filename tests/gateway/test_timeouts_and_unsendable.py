@@ -140,7 +140,14 @@ def test_a_hung_nfp_worker_gets_one_request_and_keeps_its_slot_until_it_answers(
         assert time.monotonic() - started < 1.4  # not the queue expiry (1.5 s)
         assert nfp_helpers.quiet(worker, 100)  # "at most one request a time": not the retry
         [info] = gw.gateway.router.workers()
-        assert (info.in_flight, info.late) == (1, 1)  # what show_workers reports
+        assert (info.in_flight, info.late) == (1, 1)  # the core: one slot, held by a late request
+        # The MMI tells a worker stuck on a late request from a busy one, in the terms
+        # of show_broker and the metrics (in_flight: requests a client still waits for).
+        ask = gw.dealer("nfp")
+        status, rows = nfp_helpers.mmi_call(ask, "mmi.service.broker", "show_workers", details=True)
+        assert status == 200 and [(r["in flight"], r["late"]) for r in rows] == [(0, 1)]  # type: ignore[attr-defined,index]
+        status, rows = nfp_helpers.mmi_call(ask, "mmi.service.broker", "show_services")
+        assert [(r["service"], r["in flight"], r["late"]) for r in rows] == [("hung", 0, 1)]  # type: ignore[attr-defined,index]
         # Another request does not reach it either ("at most one request a time"), and
         # does not wait on it forever: no worker that may answer, so the queue expiry.
         other = sada_call(gw, "t2", "hung")
