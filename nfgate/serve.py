@@ -27,7 +27,7 @@ from nfgate.errors import ConfigError, TransportError
 from nfgate.gateway import Gateway, LogRing
 from nfgate.metrics import MetricsServer, render
 from nfgate.routing import Router
-from nfgate.store import JobStore
+from nfgate.store import JobStore, check_unlocked
 from nfgate.transports.curve import stop_authenticators
 
 __all__ = ["build", "serve"]
@@ -206,7 +206,9 @@ def serve(
 
     reader, writer = _signals(stop)
     try:
-        # Metrics first: a port in use is then the only line printed.
+        # Metrics first: a port in use is then the only line printed. But a data dir in
+        # use is the likelier cause (the same config started twice): said first.
+        check_unlocked(cfg.data_dir / "jobs.sqlite3.lock")  # JobStore's, in build()
         exporter = _metrics(holder, cfg.metrics) if cfg.metrics is not None else None
         gateway = build(cfg, context, wake_fd=reader.fileno(), logs=logs)
         holder.append(gateway)

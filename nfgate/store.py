@@ -175,6 +175,30 @@ def _lock(path: Path) -> int:
     return fd
 
 
+def check_unlocked(path: Path) -> None:
+    """Raise the :class:`ConfigError` :class:`JobStore` would, naming the holder's pid,
+    when another process holds the store's lock file ``path``; else return at once.
+
+    Why: ``nfgate serve`` binds its metrics port before it opens the store, so a second
+    gateway on the same configuration would report that port in use, not the data dir
+    it shares with the first. This check, made first, names the real cause. The lock is
+    taken again, for good, when the store opens (a gateway started in between is
+    refused there)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # no lock file yet (a new data dir), or unreadable: the store says
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        raise ConfigError(f"the job store {path.parent} is in use by another nfgate (pid {holder})") from None
+    except OSError:  # no locks on this file system: the store logs it
+        pass
+    finally:
+        os.close(fd)  # releases the lock, if taken
+
+
 class JobStore:
     """SQLite-backed job records. One instance per process; not thread-safe by design
     (the gateway has one event-loop thread).

@@ -512,6 +512,21 @@ def test_a_second_gateway_on_the_same_data_dir_is_refused(tmp_path: Path) -> Non
         assert stop(first) == 0
 
 
+def test_a_second_gateway_on_the_same_config_names_the_data_dir_not_the_metrics_port(tmp_path: Path) -> None:
+    # The same configuration started twice: both the data dir and the metrics port are
+    # the first one's, and the data dir is the cause to name.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        metrics = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    first = start("--data-dir", str(tmp_path), *RANDOM, "--metrics", metrics)
+    try:
+        done = run_bad("--data-dir", str(tmp_path), *random_bind_args(), "--metrics", metrics)
+        assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+        assert f"in use by another nfgate (pid {first.proc.pid})" in done.stderr
+    finally:
+        assert stop(first) == 0
+
+
 def _damage_a_row(path: Path) -> None:
     db = sqlite3.connect(path)
     db.execute("UPDATE jobs SET body = x'c1'")  # 0xc1: a byte msgpack never uses
