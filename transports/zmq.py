@@ -188,9 +188,11 @@ class RouterEndpoint:
         else:
             log.debug("%s: message from %s %s", self.url, identity_label(identity), reason)
 
-    def send(self, identity: bytes, frames: Sequence[bytes]) -> bool:
+    def send(self, identity: bytes, frames: Sequence[bytes], *, probe: bool = False) -> bool:
         """Send ``frames`` to the peer ``identity``; False if that peer is gone or its
-        queue is full (counted in :attr:`unroutable`)."""
+        queue is full (counted in :attr:`unroutable`, unless ``probe``: a send that
+        may find the peer not connected yet, as the SADA channel's RINTR after a
+        restart). Raises :class:`TransportError` for any other failure."""
         send = self._send
         try:
             # Only the first part can fail (unknown peer, HWM): a message is atomic.
@@ -200,7 +202,8 @@ class RouterEndpoint:
             send(frames[-1] if frames else b"", _NOBLOCK)
         except zmq.ZMQError as exc:
             if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN):
-                self.unroutable += 1
+                if not probe:
+                    self.unroutable += 1
                 return False
             raise TransportError(f"send on {self.url} failed: {exc.strerror}") from None
         self.sent += 1

@@ -13,6 +13,9 @@ docs/translation.md):
   interval; the core drops it after ``interval * liveness`` of silence (``Unregister``
   by expiry) and re-dispatches its requests. SADA has no goodbye: the edge forgets it,
   and if it speaks again (REP, PONG) it is asked to introduce itself (RINTR).
+- Servers with an identity of their own are written down in the data dir
+  (:mod:`nfgate.edges.sada_recall`) and, after a restart, sent RINTR once they are
+  connected again: an idle server would otherwise never be heard of again.
 - A peer that sends REQ to the channel is a client: its request is routed to a worker
   of any protocol and answered REP with the request id it chose and an HTTP status
   (queue expiry 503, worker timeout 504, internal 500).
@@ -26,6 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from pathlib import Path
 from typing import ClassVar, cast
 
 from nfgate.codecs import sada as wire
@@ -44,6 +48,7 @@ from nfgate.edges.sada_common import (
     sada_router,
     service_ref,
 )
+from nfgate.edges.sada_recall import ServerRecall, recall_path
 from nfgate.errors import ConfigError, EncodeError
 from nfgate.model import Command, Heartbeat, Peer, Register, Reply, Request, ServiceRef, Status, Unregister
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
@@ -71,7 +76,8 @@ class _Peer:
 
 class SadaChannelEdge(RouterEdge):
     """The channel. Raises :class:`nfgate.errors.TransportError` when it cannot bind,
-    :class:`ConfigError` when its public endpoint cannot be an identity."""
+    :class:`ConfigError` when its public endpoint cannot be an identity. ``recall``: the
+    file its servers are kept in across restarts (None: none kept)."""
 
     protocol = "sada"
     EVENTS = (
@@ -86,7 +92,7 @@ class SadaChannelEdge(RouterEdge):
     )
     wire: ClassVar[WireCodec] = wire
 
-    def __init__(self, settings: EdgeSettings) -> None:
+    def __init__(self, settings: EdgeSettings, *, recall: Path | None = None) -> None:
         # RouterEdge's transport cannot set an identity before binding: build our own.
         super(RouterEdge, self).__init__(settings)
         opts = settings.options
@@ -117,6 +123,17 @@ class SadaChannelEdge(RouterEdge):
         self._due: OrderedDict[bytes, int] = OrderedDict()  # server -> when it is pinged
         self._seq = 0
         self._wire = WireCache()
+        self._recall: ServerRecall | None = None
+        if recall is not None:
+            window = heartbeat[0] * heartbeat[1] or 30_000
+            self._recall = ServerRecall(recall, window_ms=window, limit=self.max_peers)
+            if self._recall.pending:
+                log.info(
+                    "%s: %d SADA server(s) known before the restart are asked to introduce "
+                    "themselves again (RINTR) as they connect",
+                    self.name,
+                    self._recall.pending,
+                )
 
     # ------------------------------------------------------------------ helpers
 
@@ -212,6 +229,8 @@ class SadaChannelEdge(RouterEdge):
         p.services = services
         if not services:
             # "INTR with zero services": known (no RINTR), but nothing to route to it.
+            if self._recall is not None:
+                self._recall.drop(address)
             if self._servers.pop(address, None) is not None:
                 self._due.pop(address, None)
                 p.held.clear()
@@ -223,6 +242,8 @@ class SadaChannelEdge(RouterEdge):
         self._due[address] = now + self._interval
         self._due.move_to_end(address)
         name, lasts = self._label(address), identity_lasts(address)
+        if lasts and self._recall is not None:
+            self._recall.keep(address, p.proto, p.dialect)
         return [Register(peer=peer, services=services, capacity=self._capacity, name=name, name_lasts=lasts)]
 
     @staticmethod
@@ -291,6 +312,8 @@ class SadaChannelEdge(RouterEdge):
         return []
 
     def _forget(self, address: bytes) -> None:
+        if self._recall is not None:
+            self._recall.drop(address)
         p = self._servers.pop(address, None)
         self._due.pop(address, None)
         if p is not None:
@@ -356,8 +379,11 @@ class SadaChannelEdge(RouterEdge):
     # ------------------------------------------------------------------ timers
 
     def tick(self, now_ms: int) -> list[Command]:
-        """PING every server silent for one interval (PING and PONG command)."""
+        """PING every server silent for one interval (PING and PONG command); RINTR the
+        servers known before a restart that are connected again."""
         out: list[Command] = []
+        if self._recall is not None:
+            self._recall.ask(now_ms, self._ask_back)
         due = self._due
         for _ in range(len(due)):
             address, when = next(iter(due.items()))
@@ -374,10 +400,21 @@ class SadaChannelEdge(RouterEdge):
             p.beats_sent += 1
         return out
 
+    def _ask_back(self, address: bytes, proto: bytes, dialect: str) -> bool:
+        """RINTR to a server known before the restart; False while it is not connected
+        (not counted as unroutable: it is expected until libzmq reconnects it)."""
+        frames = self._encode(Rintr(proto=proto), dialect)
+        if frames is None or not self.transport.send(address, frames, probe=True):
+            return False
+        self.counters["rintr_sent"] += 1
+        return True
+
     def next_deadline(self) -> int | None:
+        recall = self._recall.due() if self._recall is not None else None
         if not self._due or self._interval <= 0:
-            return None
-        return next(iter(self._due.values()))
+            return recall
+        ping = next(iter(self._due.values()))
+        return ping if recall is None else min(ping, recall)
 
     def stats(self) -> dict[str, int]:
         stats = super().stats()
@@ -388,5 +425,6 @@ class SadaChannelEdge(RouterEdge):
 
 def make(settings: EdgeSettings, *, store: JobStore) -> SadaChannelEdge:
     """The ``sada`` edge kind's factory (:mod:`nfgate.edges.kinds`); SADA keeps no job
-    records. Raises :class:`ConfigError` or :class:`nfgate.errors.TransportError`."""
-    return SadaChannelEdge(settings)
+    records, only its servers' identities beside them (:mod:`nfgate.edges.sada_recall`).
+    Raises :class:`ConfigError` or :class:`nfgate.errors.TransportError`."""
+    return SadaChannelEdge(settings, recall=recall_path(store.path.parent, settings.name))

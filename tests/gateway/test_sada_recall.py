@@ -1,0 +1,160 @@
+"""The SADA channel asks its servers back after a restart (nfgate/edges/sada_recall.py):
+"If a channel restarted, it can send a RINTR(request for INTR) command to servers. and
+servers SHOULD response by INTR command" (specs/safir-darbaan.md)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+
+from nfgate.codecs import sada
+from nfgate.codecs.sada.messages import PROTO_ASCII, PROTO_BYTE, Intr, Ping, Pong, Rintr
+from nfgate.edges.sada_recall import RETRY_MS, ServerRecall
+from tests.ports import random_binds
+
+from .conftest import RECV_MS, Running, finish, recv, start_gateway, until
+
+pytestmark = pytest.mark.timeout(60)
+
+SLOW = """
+[edges.sada]
+heartbeat_ms = 2000
+liveness = 3
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+def _server(ctx: zmq.Context[zmq.Socket[bytes]], url: str, identity: bytes | None) -> zmq.Socket[bytes]:
+    """A SADA server's socket (a DEALER talks to the channel's ROUTER as a ROUTER with one
+    peer would), living across the gateway's restart: libzmq reconnects it."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, RECV_MS)
+    if identity is not None:
+        sock.setsockopt(zmq.ROUTING_ID, identity)
+    sock.connect(url)
+    return sock
+
+
+def _next(sock: zmq.Socket[bytes]) -> object:
+    """The next message that is not a PING (answered PONG)."""
+    for _ in range(50):
+        frames = recv(sock)
+        message = sada.decode(frames, sada.detect(frames))
+        if not isinstance(message, Ping):
+            return message
+        sock.send_multipart(sada.encode(Pong(proto=message.proto)))
+    pytest.fail("only PINGs")
+
+
+def _start(tmp_path: Path, port: int) -> Running:
+    binds = [(k, u) for k, u in random_binds() if k != "sada"] + [("sada", f"tcp://127.0.0.1:{port}")]
+    return start_gateway(tmp_path, SLOW, binds=binds)
+
+
+def _served(gw: Running) -> list[str]:
+    return sorted(s.name for w in gw.gateway.router.workers() for s in w.services)
+
+
+def test_an_idle_server_is_asked_back_after_the_gateway_restarts(
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    port = _free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    gw = _start(tmp_path, port)
+    try:
+        named = _server(ctx, url, b"srv-1")  # an identity of its own: kept
+        anonymous = _server(ctx, url, None)  # libzmq's: names one connection only
+        named.send_multipart(sada.encode(Intr(proto=PROTO_BYTE, services=(("kept", "1.0"),))))
+        anonymous.send_multipart(sada.encode(Intr(proto=PROTO_ASCII, services=(("lost", ""),))))
+        until(lambda: _served(gw) == ["kept", "lost"])
+    finally:
+        finish(gw)
+    gw = _start(tmp_path, port)  # the same data dir and endpoint; both servers stay idle
+    try:
+        assert _next(named) == Rintr(proto=PROTO_BYTE)  # in the form it spoke
+        named.send_multipart(sada.encode(Intr(proto=PROTO_BYTE, services=(("kept", "1.0"),))))
+        until(lambda: _served(gw) == ["kept"])
+        assert gw.gateway.edges["sada"].stats()["rintr_sent"] == 1
+        assert anonymous.poll(3 * RETRY_MS) == 0  # never written down: nothing to ask
+        assert gw.gateway.edges["sada"].stats()["unroutable"] == 0  # the tries before it connected
+    finally:
+        finish(gw)
+
+
+def test_a_server_that_withdrew_is_not_asked_back(
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    port = _free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    gw = _start(tmp_path, port)
+    try:
+        server = _server(ctx, url, b"srv-2")
+        server.send_multipart(sada.encode(Intr(proto=PROTO_BYTE, services=(("gone", ""),))))
+        until(lambda: _served(gw) == ["gone"])
+        server.send_multipart(sada.encode(Intr(proto=PROTO_BYTE, services=())))  # "INTR with zero services"
+        until(lambda: not _served(gw))
+    finally:
+        finish(gw)
+    gw = _start(tmp_path, port)
+    try:
+        assert server.poll(5 * RETRY_MS) == 0
+    finally:
+        finish(gw)
+
+
+# ------------------------------------------------------------- the file alone
+
+
+def _rintr_to(reachable: set[bytes], asked: list[bytes]) -> Callable[[bytes, bytes, str], bool]:
+    def rintr(identity: bytes, proto: bytes, dialect: str) -> bool:
+        asked.append(identity)
+        return identity in reachable
+
+    return rintr
+
+
+def test_the_recall_asks_until_each_server_is_connected_then_gives_up_on_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "servers.json"
+    first = ServerRecall(path, window_ms=1000, limit=10)
+    first.keep(b"a", PROTO_BYTE, "spec")
+    first.keep(b"b", PROTO_ASCII, "piran")
+    again = ServerRecall(path, window_ms=1000, limit=10)
+    assert again.pending == 2 and again.due() == 0
+    asked: list[bytes] = []
+    assert again.ask(0, _rintr_to(set(), asked)) == 0 and asked == [b"a", b"b"]
+    assert again.due() == RETRY_MS and again.ask(RETRY_MS - 1, _rintr_to({b"a"}, asked)) == 0  # not yet
+    assert again.ask(RETRY_MS, _rintr_to({b"a"}, asked)) == 1 and again.pending == 1
+    assert again.ask(1000, _rintr_to(set(), asked)) == 0  # the window is over: b is given up
+    assert again.pending == 0 and again.due() is None
+    third = ServerRecall(path, window_ms=1000, limit=10)  # and forgotten: it INTRs when it starts
+    assert third.pending == 1 and json.loads(path.read_text())["servers"][0]["identity"] == b"a".hex()
+
+
+def test_the_recall_is_bounded_and_a_bad_file_is_an_empty_list(tmp_path: Path) -> None:
+    path = tmp_path / "servers.json"
+    recall = ServerRecall(path, window_ms=1000, limit=2)
+    for name in (b"a", b"b", b"c"):
+        recall.keep(name, PROTO_BYTE, "spec")
+    assert ServerRecall(path, window_ms=1000, limit=10).pending == 2
+    assert path.stat().st_mode & 0o077 == 0  # identities and endpoints: the owner's only
+    for damaged in ("{", '{"format": 9, "servers": []}', '{"format": 1, "servers": [{"identity": "zz"}]}'):
+        path.write_text(damaged)
+        assert ServerRecall(path, window_ms=1000, limit=10).pending == 0
