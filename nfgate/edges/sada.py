@@ -11,8 +11,9 @@ docs/translation.md):
   request it stands for, per server.
 - A registered server silent for one heartbeat interval is sent PING, again each
   interval; the core drops it after ``interval * liveness`` of silence (``Unregister``
-  by expiry) and re-dispatches its requests. SADA has no goodbye: the edge forgets it,
-  and if it speaks again (REP, PONG) it is asked to introduce itself (RINTR).
+  by expiry) and re-dispatches its requests. SADA has no goodbye: the edge forgets it
+  and asks it to introduce itself again (RINTR), as it asks any peer that speaks (REP,
+  PONG) without being known as a server.
 - Servers with an identity of their own are written down in the data dir
   (:mod:`nfgate.edges.sada_recall`) and, after a restart, sent RINTR once they are
   connected again: an idle server would otherwise never be heard of again.
@@ -298,8 +299,16 @@ class SadaChannelEdge(RouterEdge):
             case Deliver():
                 self._deliver(output)
             case Evict():
-                # SADA has no DISCONNECT: forget the server; if it speaks again it gets RINTR.
-                self._forget(output.worker.address)
+                # SADA has no DISCONNECT: forget the server and ask it to introduce itself
+                # again (RINTR), as other protocols' workers re-register after theirs: an
+                # idle server would not speak again (MMI restart, a server taken for dead
+                # that was only slow). One that is gone does not read it.
+                address = output.worker.address
+                p = self._servers.get(address)
+                self._forget(address)
+                if p is not None:
+                    p.rintr_at = now_ms
+                    self._ask_back(address, p.proto, p.dialect)
             case Abort():
                 p = self._servers.get(output.worker.address)
                 if p is not None:
@@ -401,8 +410,9 @@ class SadaChannelEdge(RouterEdge):
         return out
 
     def _ask_back(self, address: bytes, proto: bytes, dialect: str) -> bool:
-        """RINTR to a server known before the restart; False while it is not connected
-        (not counted as unroutable: it is expected until libzmq reconnects it)."""
+        """RINTR to a server the channel does not hold as registered (known before the
+        restart, or just evicted); False when it is not connected, which is not counted
+        as unroutable: expected until libzmq reconnects it, or of a server gone."""
         frames = self._encode(Rintr(proto=proto), dialect)
         if frames is None or not self.transport.send(address, frames, probe=True):
             return False

@@ -18,6 +18,7 @@ from nfgate.edges.sada_recall import RETRY_MS, ServerRecall
 from tests.ports import random_binds
 
 from .conftest import RECV_MS, Running, finish, recv, start_gateway, until
+from .nfp_helpers import mmi_call
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -116,6 +117,27 @@ def test_a_server_that_withdrew_is_not_asked_back(
     gw = _start(tmp_path, port)
     try:
         assert server.poll(5 * RETRY_MS) == 0
+    finally:
+        finish(gw)
+
+
+def test_an_idle_server_re_registers_after_an_mmi_restart(
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    # "restart (every worker is disconnected and re-registers)": a SADA server has no
+    # DISCONNECT, and idle it would not speak again; RINTR asks it to introduce itself.
+    port = _free_port()
+    gw = _start(tmp_path, port)
+    try:
+        server = _server(ctx, f"tcp://127.0.0.1:{port}", None)  # any identity: same connection
+        server.send_multipart(sada.encode(Intr(proto=PROTO_ASCII, services=(("svc", ""),))))
+        until(lambda: _served(gw) == ["svc"])
+        status, _ = mmi_call(gw.dealer("nfp"), "mmi.service.broker", "restart")
+        assert status == 200
+        assert _next(server) == Rintr(proto=PROTO_ASCII)
+        assert not _served(gw)
+        server.send_multipart(sada.encode(Intr(proto=PROTO_ASCII, services=(("svc", ""),))))
+        until(lambda: _served(gw) == ["svc"])
     finally:
         finish(gw)
 
