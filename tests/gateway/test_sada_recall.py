@@ -29,7 +29,9 @@ liveness = 3
 """
 
 
-def _free_port() -> int:
+@pytest.fixture
+def port() -> int:
+    """A free port for the channel: the same before and after the restart."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -74,24 +76,27 @@ def _served(gw: Running) -> list[str]:
     return sorted(s.name for w in gw.gateway.router.workers() for s in w.services)
 
 
+def _intr(sock: zmq.Socket[bytes], proto: bytes, *services: str) -> None:
+    sock.send_multipart(sada.encode(Intr(proto=proto, services=tuple((name, "") for name in services))))
+
+
 def test_an_idle_server_is_asked_back_after_the_gateway_restarts(
-    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]], port: int
 ) -> None:
-    port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
     gw = _start(tmp_path, port)
     try:
         named = _server(ctx, url, b"srv-1")  # an identity of its own: kept
         anonymous = _server(ctx, url, None)  # libzmq's: names one connection only
-        named.send_multipart(sada.encode(Intr(proto=PROTO_BYTE, services=(("kept", "1.0"),))))
-        anonymous.send_multipart(sada.encode(Intr(proto=PROTO_ASCII, services=(("lost", ""),))))
+        _intr(named, PROTO_BYTE, "kept")
+        _intr(anonymous, PROTO_ASCII, "lost")
         until(lambda: _served(gw) == ["kept", "lost"])
     finally:
         finish(gw)
     gw = _start(tmp_path, port)  # the same data dir and endpoint; both servers stay idle
     try:
         assert _next(named) == Rintr(proto=PROTO_BYTE)  # in the form it spoke
-        named.send_multipart(sada.encode(Intr(proto=PROTO_BYTE, services=(("kept", "1.0"),))))
+        _intr(named, PROTO_BYTE, "kept")
         until(lambda: _served(gw) == ["kept"])
         assert gw.gateway.edges["sada"].stats()["rintr_sent"] == 1
         assert anonymous.poll(3 * RETRY_MS) == 0  # never written down: nothing to ask
@@ -101,16 +106,15 @@ def test_an_idle_server_is_asked_back_after_the_gateway_restarts(
 
 
 def test_a_server_that_withdrew_is_not_asked_back(
-    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]], port: int
 ) -> None:
-    port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
     gw = _start(tmp_path, port)
     try:
         server = _server(ctx, url, b"srv-2")
-        server.send_multipart(sada.encode(Intr(proto=PROTO_BYTE, services=(("gone", ""),))))
+        _intr(server, PROTO_BYTE, "gone")
         until(lambda: _served(gw) == ["gone"])
-        server.send_multipart(sada.encode(Intr(proto=PROTO_BYTE, services=())))  # "INTR with zero services"
+        _intr(server, PROTO_BYTE)  # "INTR with zero services"
         until(lambda: not _served(gw))
     finally:
         finish(gw)
@@ -122,21 +126,20 @@ def test_a_server_that_withdrew_is_not_asked_back(
 
 
 def test_an_idle_server_re_registers_after_an_mmi_restart(
-    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]], port: int
 ) -> None:
     # "restart (every worker is disconnected and re-registers)": a SADA server has no
     # DISCONNECT, and idle it would not speak again; RINTR asks it to introduce itself.
-    port = _free_port()
     gw = _start(tmp_path, port)
     try:
         server = _server(ctx, f"tcp://127.0.0.1:{port}", None)  # any identity: same connection
-        server.send_multipart(sada.encode(Intr(proto=PROTO_ASCII, services=(("svc", ""),))))
+        _intr(server, PROTO_ASCII, "svc")
         until(lambda: _served(gw) == ["svc"])
         status, _ = mmi_call(gw.dealer("nfp"), "mmi.service.broker", "restart")
         assert status == 200
         assert _next(server) == Rintr(proto=PROTO_ASCII)
         assert not _served(gw)
-        server.send_multipart(sada.encode(Intr(proto=PROTO_ASCII, services=(("svc", ""),))))
+        _intr(server, PROTO_ASCII, "svc")
         until(lambda: _served(gw) == ["svc"])
     finally:
         finish(gw)
