@@ -27,6 +27,7 @@ __all__ = [
     "Cancel",
     "Catalog",
     "CatalogEntry",
+    "ClientGone",
     "Command",
     "Fetch",
     "Forward",
@@ -281,6 +282,16 @@ class Cancel:
 
 
 @attrs.frozen(kw_only=True)
+class ClientGone:
+    """Client ``peer`` can never be answered again (its connection closed and its
+    address was one the transport made up for that connection: a ROUTER identity libzmq
+    chose, which no later connection gets): cancel every request it waits on, as a
+    Cancel of each would (queued: dropped; at a worker: Abort, or a late slot)."""
+
+    peer: Peer
+
+
+@attrs.frozen(kw_only=True)
 class Forward:
     """A worker hands the request ``id`` it holds on to another service (DCP chaining:
     "respond with a request for another service"). The worker is free again, and the
@@ -293,4 +304,16 @@ class Forward:
     body: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)
 
 
-Command = Register | Unregister | Heartbeat | Request | Reply | Lookup | Catalog | Fetch | Cancel | Forward
+Command = (
+    Register
+    | Unregister
+    | Heartbeat
+    | Request
+    | Reply
+    | Lookup
+    | Catalog
+    | Fetch
+    | Cancel
+    | ClientGone
+    | Forward
+)

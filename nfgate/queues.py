@@ -22,6 +22,7 @@ Every part ends in exactly one terminal state, and the core emits exactly one te
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 from typing import Final, TypeVar
 
 from nfgate.errors import StateError
@@ -40,6 +41,7 @@ __all__ = [
     "advance",
     "any_service_for",
     "best_queue",
+    "client_parts",
     "forget_in",
     "mark_free",
     "unindex",
@@ -226,6 +228,15 @@ class FairQueue:
         if self.live == 0:
             self.retry.clear()
             self.clients.clear()
+
+    def of_client(self, client: Peer) -> list[Part]:
+        """The live parts of ``client``: its own FIFO, and any retries of its requests.
+        They stay where they are: the caller ends them and tells :meth:`forget`."""
+        fifo = self.clients.get(client, ())
+        parts = [p for p in fifo if p.state is PartState.QUEUED]
+        if self.retry:
+            parts += [p for p in self.retry if p.state is PartState.QUEUED and _of(p, client)]
+        return parts
 
     def peek(self, peer: Peer | None = None) -> Part | None:
         """The part :meth:`pop` would return, dropping dead entries on the way;
@@ -472,6 +483,33 @@ def unindex(providers: dict[str, dict[Peer, None]], free_sets: PeerSets, w: Work
         free = free_sets.get(name)
         if free is not None and free.pop(w.peer, 0) is None and not free:
             del free_sets[name]
+
+
+def _of(part: Part, client: Peer) -> bool:
+    asker = part.job.request.reply_to
+    return asker.address == client.address and asker == client  # bytes first: no attrs __eq__ call
+
+
+def client_parts(
+    client: Peer, queues: Queues, workers: Iterable[WorkerState], waits: Iterable[Waitlist]
+) -> list[Part]:
+    """Every open part of ``client``'s requests: queued (a service queue, a worker's
+    backlog, one of ``waits``: a wait for a name or for a first worker) or in flight.
+    Its parts in a service queue are found through its own FIFO there, so the cost is
+    the number of queues, of parts in flight, of retries and of parts waiting outside
+    the service queues: not the number of requests queued by other clients."""
+    found: dict[Part, None] = {}  # a part is in one place; the dict only keeps the order
+    for by_version in queues.values():
+        for queue in by_version.values():
+            found.update(dict.fromkeys(queue.of_client(client)))
+    lists = list(waits)
+    for w in workers:
+        found.update(dict.fromkeys(p for p in w.in_flight.values() if _of(p, client)))
+        if w.backlog.live:
+            lists.append(w.backlog)
+    for wl in lists:
+        found.update(dict.fromkeys(p for p in wl.items if p.state is PartState.QUEUED and _of(p, client)))
+    return list(found)
 
 
 def forget_in(lists: dict[str, Waitlist], key: str) -> None:

@@ -20,6 +20,7 @@ from nfgate.errors import StateError
 from nfgate.model import (
     Cancel,
     Catalog,
+    ClientGone,
     Command,
     Fetch,
     Forward,
@@ -43,6 +44,7 @@ from nfgate.queues import (
     WorkerState,
     advance,
     best_queue,
+    client_parts,
     forget_in,
     mark_free,
     with_field,
@@ -127,6 +129,8 @@ class Router(WorkerSide):
                     )
             case Cancel():
                 self._cancel(command, now_ms, out)
+            case ClientGone():
+                self._client_gone(command, now_ms, out)
             case Lookup():
                 out.append(views.catalog(command, self._providers, self._workers))
             case Forward():
@@ -518,24 +522,36 @@ class Router(WorkerSide):
             self._stats["unknown_cancels"] += 1
             return
         self._stats["cancelled"] += 1
-        freed: list[WorkerState] = []
-        for part in job.parts:
+        self._cancel_parts(job.parts, "cancelled", now, out)
+
+    def _client_gone(self, cmd: ClientGone, now: int, out: list[Output]) -> None:
+        """Every request of a client that can never be answered is cancelled (each job
+        counted in ``cancelled``); found through the indexes, not by a walk of all jobs."""
+        waits = (*self._named_wait.values(), *self._all_wait.values())
+        parts = client_parts(cmd.peer, self._queues, self._workers.values(), waits)
+        self._stats["cancelled"] += len({id(part.job) for part in parts})
+        self._cancel_parts(parts, "client gone", now, out)
+
+    def _cancel_parts(self, parts: list[Part], reason: str, now: int, out: list[Output]) -> None:
+        freed: dict[WorkerState, None] = {}
+        for part in parts:
+            rid = part.job.request.id
             if part.state is PartState.QUEUED:
                 self._unqueue(part)
             elif part.state is PartState.IN_FLIGHT and part.worker is not None:
                 w = self._workers[part.worker]
-                del w.in_flight[job.request.id]
+                del w.in_flight[rid]
                 if w.peer.protocol in self._cfg.cancel_keeps_slot:
                     # Nothing tells the worker, which works on: the slot stays taken until
                     # it answers (its answer is dropped) or leaves, as after a timeout.
                     # No Abort either: its edge keeps the request, so the answer reaches us.
-                    w.late[job.request.id] = part
+                    w.late[rid] = part
                     part.worker = None
                 else:
-                    out.append(Abort(worker=w.peer, request=job.request))
-                    freed.append(w)
+                    out.append(Abort(worker=w.peer, request=part.job.request))
+                    freed[w] = None
             else:
                 continue
-            self._finish(part, Event.CANCEL, STATUS_CANCELLED, "cancelled", out)
+            self._finish(part, Event.CANCEL, STATUS_CANCELLED, reason, out)
         for w in freed:
             self._feed(w, now, out)

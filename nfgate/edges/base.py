@@ -47,13 +47,19 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-def forget_oldest(records: OrderedDict[K, V], limit: int, keep: Callable[[K, V], bool]) -> None:
+def forget_oldest(
+    records: OrderedDict[K, V],
+    limit: int,
+    keep: Callable[[K, V], bool],
+    forgotten: Callable[[K], None] | None = None,
+) -> None:
     """Forget the oldest of ``records`` until at most ``limit`` are left, passing over
     those ``keep`` protects (a worker's, a server's): each one passed over moves to the
     newest end. Left first in line, one long-lived worker would stop every later call
     from forgetting anything, and the records of a broker whose clients come and go
     (a new identity per connection) would grow for as long as it runs. The newest
-    record is never forgotten, and one call looks at each record once at most."""
+    record is never forgotten, and one call looks at each record once at most.
+    ``forgotten`` is called with each key forgotten (what else the edge keeps of it)."""
     for _ in range(len(records) - 1):
         if len(records) <= limit:
             return
@@ -62,6 +68,8 @@ def forget_oldest(records: OrderedDict[K, V], limit: int, keep: Callable[[K, V],
             records.move_to_end(key)
         else:
             del records[key]
+            if forgotten is not None:
+                forgotten(key)
 
 
 class EdgeSettings:

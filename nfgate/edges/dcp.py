@@ -21,6 +21,10 @@ Decisions (docs/protocols/dcp.md, docs/translation.md):
   the core tries another worker or fails the request as its own error, never as this
   worker's answer (which a DCP client would get as an empty REPLY).
 - DCP has no DISCONNECT: an evicted worker is forgotten; its next PING gets RECONNECT.
+- A client whose connection closes under an identity libzmq made up for it can never
+  get a reply (the name was that connection's): its requests are cancelled
+  (``ClientGone``, counted ``clients_gone``). One with an identity of its own may come
+  back under it and is left alone.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from nfgate.codecs.dcp.session import Action, PeerState, step
 from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, forget_oldest, identity_lasts
 from nfgate.errors import EncodeError
 from nfgate.model import (
+    ClientGone,
     Command,
     Forward,
     Heartbeat,
@@ -49,7 +54,7 @@ from nfgate.model import (
     Status,
     Unregister,
 )
-from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
+from nfgate.routing_types import STATUS_CANCELLED, Abort, Accepted, Deliver, Dispatch, Evict, Output
 from nfgate.store import JobStore
 
 __all__ = ["DcpEdge"]
@@ -96,9 +101,11 @@ class _Worker:
 class DcpEdge(RouterEdge):
     protocol = "dcp"
     watches_connections = True
+    watches_clients = True
     EVENTS = (
         *RouterEdge.EVENTS,
         "client_errors_unsent",
+        "clients_gone",
         "empty_service",
         "handover_leftovers",
         "reconnects_sent",
@@ -125,19 +132,22 @@ class DcpEdge(RouterEdge):
         commands: list[Command] = []
         for address, message, dialect in self.decoded(budget):
             try:
-                self._remember(address, dialect)
+                self._remember(address, dialect, commands)
                 self._on_message(address, message, dialect, commands)
             except Exception:
                 self.internal_error(address)
         commands.extend(self.lost_messages())
         return commands
 
-    def _remember(self, address: bytes, dialect: str) -> None:
+    def _remember(self, address: bytes, dialect: str, out: list[Command]) -> None:
         dialects = self._dialects
         if dialects.get(address) != dialect:
+            new = address not in dialects
             dialects[address] = dialect
             if len(dialects) > self.max_peers:
-                forget_oldest(dialects, self.max_peers, lambda a, _: a in self._workers)
+                forget_oldest(dialects, self.max_peers, lambda a, _: a in self._workers, self.forget_client)
+            if new:  # first seen (or seen again once forgotten): its connection, once
+                out.extend(self.note_client(address))
 
     def _on_message(self, address: bytes, message: Message, dialect: str, out: list[Command]) -> None:
         worker = self._workers.get(address)
@@ -319,6 +329,8 @@ class DcpEdge(RouterEdge):
         if reply.interim:
             return  # DCP has one reply per request: NorFab's 201/EVENT are not for DCP clients
         if out.reason:
+            if reply.status == STATUS_CANCELLED:
+                return  # its client is gone (client_gone): no one to tell
             self.counters["client_errors_unsent"] += 1
             log.debug(
                 "%s: request %d failed (%d %s); DCP has no error reply",
@@ -357,6 +369,16 @@ class DcpEdge(RouterEdge):
         """Forget the worker at ``address``; False if it was not one."""
         self.forget_connection(address)
         return self._workers.pop(address, None) is not None
+
+    def client_gone(self, address: bytes) -> list[Command]:
+        # Its requests can never be answered: the core drops the queued ones and lets
+        # those at a worker finish as late ones (docs/protocols/dcp.md, "Clients gone").
+        # A worker's own requests too, though that is counted as its connection closed.
+        if address not in self._workers:
+            self.counters["clients_gone"] += 1
+            self._dialects.pop(address, None)
+            log.debug("%s: client %s gone: its requests are cancelled", self.name, address.hex())
+        return [ClientGone(peer=self.peer(address))]
 
     def connection_closed(self, address: bytes, reason: str = "its connection closed") -> list[Command]:
         # A worker still running reconnects on its own and gets RECONNECT at its next PING.

@@ -99,6 +99,13 @@ class RouterEdge(Edge, Decoding):
     # than liveness intervals later: the worker's DEALER reconnects on its own, so
     # without this the gateway would take a worker that lost a reply for alive.
     watches_connections: ClassVar[bool] = False
+    # Edges whose clients' requests are cancelled when their connection closes and
+    # their identity is one libzmq made up (``identity_lasts`` false): such a name is
+    # that connection's only, so nothing for it can be delivered any more. A client
+    # that set its own identity may come back under it (ROUTER_HANDOVER) and is left
+    # alone. The edge calls :meth:`note_client` once per client, and gets
+    # :meth:`client_gone` for each one whose connection closed.
+    watches_clients: ClassVar[bool] = False
 
     def __init__(self, settings: EdgeSettings) -> None:
         super().__init__(settings)
@@ -124,12 +131,14 @@ class RouterEdge(Edge, Decoding):
         return (self.transport.socket,)
 
     def side_inputs(self) -> Sequence[tuple[zmq.Socket[bytes], Callable[[int], list[Command]]]]:
-        if not self.watches_connections:
+        if not (self.watches_connections or self.watches_clients):
             return ()
         self._fd_of: dict[bytes, int] = {}  # a worker's address -> its connection's fd
-        self._by_fd: dict[int, bytes] = {}
+        self._client_fd: dict[bytes, int] = {}  # a watched client's address -> its fd
+        self._by_fd: dict[int, bytes] = {}  # fd -> the worker or watched client on it
         self._reused: dict[int, int] = {}  # fd -> closings still to come of its older connections
         self._gone: list[bytes] = []  # workers found gone by their fd's reuse
+        self._gone_clients: list[bytes] = []  # the same for watched clients
         return ((self.transport.watch_connections(), self._connections_closed),)
 
     def note_connection(self, address: bytes) -> None:
@@ -143,13 +152,12 @@ class RouterEdge(Edge, Decoding):
             return
         holder = self._by_fd.get(fd)
         if holder is not None and holder != address:
-            # The fd is another worker's, whose connection closed and whose closing is
-            # still to be read (the loop reads those first, but a connection can close
-            # and its fd be reused while a batch is being read): that worker is gone,
-            # and that closing is not this connection's.
+            # The fd is another worker's (or watched client's), whose connection closed
+            # and whose closing is still to be read (the loop reads those first, but a
+            # connection can close and its fd be reused while a batch is being read):
+            # that peer is gone, and that closing is not this connection's.
             self._reused[fd] = self._reused.get(fd, 0) + 1
-            del self._fd_of[holder]
-            self._gone.append(holder)
+            self._holder_gone(fd, holder)
         if old is not None and self._by_fd.get(old) == address:
             del self._by_fd[old]
         self._fd_of[address] = fd
@@ -177,8 +185,62 @@ class RouterEdge(Edge, Decoding):
         if self.transport.monitor is None:
             return
         fd = self._fd_of.pop(address, None)
-        if fd is not None and self._by_fd.get(fd) == address:
+        if fd is not None and self._by_fd.get(fd) == address and self._client_fd.get(address) != fd:
             del self._by_fd[fd]
+
+    def note_client(self, address: bytes) -> list[Command]:
+        """Watch the connection of the client at ``address`` if its identity is one
+        libzmq made up (call it while handling its first message: such an identity is
+        bound to one connection for life, so once is enough). Returns the commands of
+        any connection closings read to tell whose the fd is (see below).
+
+        The fd may be noted for another peer. A client's made-up identity is never moved
+        to another connection, so a client holder is gone: its connection closed, the
+        fd is reused, and that closing is either still to be read (it is read now, and
+        handled) or was read before the holder's first message was (the holder is gone
+        all the same). A worker holder with an identity of its own may instead have
+        reconnected under it, libzmq renaming its old connection to the name this
+        message came under: unless the closings read now say the fd closed, this
+        client is not watched (:meth:`leftover` decides for that connection)."""
+        if not self.watches_clients or self.transport.monitor is None or identity_lasts(address):
+            return []
+        fd = self.transport.source_fd()
+        if fd < 0 or self._client_fd.get(address) == fd:
+            return []
+        commands: list[Command] = []
+        holder = self._by_fd.get(fd)
+        if holder is not None and holder != address:
+            commands = self._closings(self.transport.closed_connections())
+            holder = self._by_fd.get(fd)  # None if the fd's closing was among those
+            if holder is not None and holder != address:
+                if self._client_fd.get(holder) != fd or self._fd_of.get(holder) == fd:
+                    return commands  # a worker's connection, open, under a new name
+                self._holder_gone(fd, holder)  # its closing was read before it spoke
+                commands.extend(self._closings([]))
+        self.forget_client(address)
+        self._client_fd[address] = fd
+        self._by_fd[fd] = address
+        return commands
+
+    def forget_client(self, address: bytes) -> None:
+        """Stop watching the connection of the client at ``address`` (its record
+        forgotten: call it wherever the edge drops a client's record)."""
+        if not self.watches_clients or self.transport.monitor is None:
+            return
+        fd = self._client_fd.pop(address, None)
+        if fd is not None and self._by_fd.get(fd) == address and self._fd_of.get(address) != fd:
+            del self._by_fd[fd]
+
+    def _holder_gone(self, fd: int, holder: bytes) -> None:
+        """``holder``, noted on ``fd``, is gone (the fd is another connection's now)."""
+        if self._by_fd.get(fd) == holder:
+            del self._by_fd[fd]
+        if self._fd_of.get(holder) == fd:
+            del self._fd_of[holder]
+            self._gone.append(holder)
+        if self._client_fd.get(holder) == fd:
+            del self._client_fd[holder]
+            self._gone_clients.append(holder)
 
     def leftover(self, address: bytes) -> tuple[bool, list[Command]]:
         """Whether the message being handled, from ``address`` (no registered worker),
@@ -198,8 +260,8 @@ class RouterEdge(Edge, Decoding):
             return False, []
         fd = self.transport.source_fd()
         holder = self._by_fd.get(fd) if fd >= 0 else None
-        if holder is None or holder == address:
-            return False, []
+        if holder is None or holder == address or self._fd_of.get(holder) != fd:
+            return False, []  # not a worker's fd (a client's: see note_client)
         closed = self.transport.closed_connections()
         commands = self._closings(closed)
         renamed = fd not in closed and not identity_lasts(address)
@@ -210,6 +272,7 @@ class RouterEdge(Edge, Decoding):
 
     def _closings(self, fds: list[int]) -> list[Command]:
         gone, self._gone = self._gone, []
+        clients, self._gone_clients = self._gone_clients, []
         for fd in fds:
             if self._reused.get(fd):
                 self._reused[fd] -= 1  # an older connection's closing: the fd is in use again
@@ -217,14 +280,27 @@ class RouterEdge(Edge, Decoding):
                     del self._reused[fd]
                 continue
             address = self._by_fd.pop(fd, None)
-            if address is not None and self._fd_of.get(address) == fd:  # else a client's
+            if address is None:
+                continue  # a peer not watched (a client with an identity of its own)
+            if self._fd_of.get(address) == fd:
                 del self._fd_of[address]
                 gone.append(address)
+            if self._client_fd.get(address) == fd:  # a worker's own requests too
+                del self._client_fd[address]
+                clients.append(address)
         commands: list[Command] = []
+        for address in clients:  # before the workers: the edge still knows which were
+            commands.extend(self.client_gone(address))
         for address in gone:
             self.counters["connections_closed"] += 1
             commands.extend(self.connection_closed(address))
         return commands
+
+    def client_gone(self, address: bytes) -> list[Command]:
+        """The connection of the watched client at ``address`` closed (see
+        ``watches_clients``): forget it and return the commands that tell the core
+        (a ``ClientGone``)."""
+        return []
 
     def connection_closed(self, address: bytes, reason: str = "its connection closed") -> list[Command]:
         """The connection of the worker at ``address`` closed: forget it and return the

@@ -20,6 +20,10 @@ docs/translation.md):
 - A peer that sends REQ to the channel is a client: its request is routed to a worker
   of any protocol and answered REP with the request id it chose and an HTTP status
   (queue expiry 503, worker timeout 504, internal 500).
+- A client whose connection closes, under an identity libzmq made up for it (a zero
+  byte and four more), can never be answered: its requests are cancelled
+  (``clients_gone``; queued ones dropped, one at a server finishes as a late one). A
+  client with an identity of its own may reconnect under it and is left alone.
 - Each peer is answered in its version-frame form (``SADA1`` or ``SADA\\x01``) and its
   dialect (PIRAN's int32 REP status): from an ``ip:port`` identity on its first message,
   else from the request id of its first REQ.
@@ -51,8 +55,19 @@ from nfgate.edges.sada_common import (
 )
 from nfgate.edges.sada_recall import ServerRecall, recall_path
 from nfgate.errors import ConfigError, EncodeError
-from nfgate.model import Command, Heartbeat, Peer, Register, Reply, Request, ServiceRef, Status, Unregister
-from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
+from nfgate.model import (
+    ClientGone,
+    Command,
+    Heartbeat,
+    Peer,
+    Register,
+    Reply,
+    Request,
+    ServiceRef,
+    Status,
+    Unregister,
+)
+from nfgate.routing_types import STATUS_CANCELLED, Abort, Accepted, Deliver, Dispatch, Evict, Output
 from nfgate.store import JobStore
 from nfgate.transports.zmq import identity_lasts
 
@@ -81,8 +96,10 @@ class SadaChannelEdge(RouterEdge):
     file its servers are kept in across restarts (None: none kept)."""
 
     protocol = "sada"
+    watches_clients = True
     EVENTS = (
         *RouterEdge.EVENTS,
+        "clients_gone",
         "pings_sent",
         "rintr_sent",
         "rintr_suppressed",
@@ -150,7 +167,7 @@ class SadaChannelEdge(RouterEdge):
         frames = self._encode(message, dialect)
         return frames is not None and self.send(address, frames)
 
-    def _record(self, address: bytes, message: Message) -> _Peer:
+    def _record(self, address: bytes, message: Message, out: list[Command]) -> _Peer:
         p = self._peers.get(address)
         proto: bytes = getattr(message, "proto", DEFAULT_PROTO)
         if p is None:
@@ -159,7 +176,13 @@ class SadaChannelEdge(RouterEdge):
                 dialect = "piran"
             p = self._peers[address] = _Peer(dialect)
             if len(self._peers) > self.max_peers:
-                forget_oldest(self._peers, self.max_peers, lambda _, old: old.state is ChannelState.SERVER)
+                forget_oldest(
+                    self._peers,
+                    self.max_peers,
+                    lambda _, old: old.state is ChannelState.SERVER,
+                    self.forget_client,
+                )
+            out.extend(self.note_client(address))  # its connection, once (RouterEdge)
         # Only a REP's status differs between dialects, and a REP answers a REQ: without
         # an ip:port identity, a client's first REQ settles it (PIRAN's Darbaan ids).
         if p.dialect == "auto" and isinstance(message, Req):
@@ -194,7 +217,7 @@ class SadaChannelEdge(RouterEdge):
         self._send_message(address, rep, p.dialect if p is not None else "spec")
 
     def _on_message(self, address: bytes, message: Message, now: int, out: list[Command]) -> None:
-        p = self._record(address, message)
+        p = self._record(address, message, out)
         p.state, action = channel_step(p.state, message.TYPE)
         peer = self.peer(address)
         if address in self._due:  # any conversation counts as a heartbeat (PING and PONG)
@@ -320,6 +343,15 @@ class SadaChannelEdge(RouterEdge):
                 self.counters["unexpected_output"] += 1
         return []
 
+    def client_gone(self, address: bytes) -> list[Command]:
+        # Its REPs could never be delivered: the core drops its queued requests and lets
+        # those at a server finish as late ones (docs/protocols/sada.md).
+        if address not in self._servers:
+            self.counters["clients_gone"] += 1
+            self._peers.pop(address, None)
+            log.debug("%s: client %s gone: its requests are cancelled", self.name, peer_label(address))
+        return [ClientGone(peer=self.peer(address))]
+
     def _forget(self, address: bytes) -> None:
         if self._recall is not None:
             self._recall.drop(address)
@@ -369,6 +401,8 @@ class SadaChannelEdge(RouterEdge):
         reply = out.reply
         if reply.interim:
             return  # SADA has one REP per REQ
+        if out.reason and reply.status == STATUS_CANCELLED:
+            return  # its client is gone (client_gone): no one to tell
         address = out.client.address
         p = self._peers.get(address)
         proto, dialect = (p.proto, p.dialect) if p is not None else (DEFAULT_PROTO, "spec")

@@ -8,7 +8,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from nfgate.model import Cancel, Heartbeat, Peer, Register, Reply, Target, TargetKind, Unregister
+from nfgate.model import Cancel, ClientGone, Heartbeat, Peer, Register, Reply, Target, TargetKind, Unregister
 from nfgate.routing import Router
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, RouterConfig
 
@@ -145,6 +145,13 @@ class NeverLoseARequest(RuleBasedStateMachine):
     @rule(rid=st.integers(1, 30))
     def cancel(self, rid: int) -> None:
         self.step(self.router.handle(Cancel(peer=CA, job_id=str(rid)), self.now))
+
+    @rule(c=st.integers(0, 1))
+    def client_gone(self, c: int) -> None:
+        # Whatever its requests' targets and states, none is left open (white-box: the
+        # core finds them through its indexes, checked here against all its jobs).
+        self.step(self.router.handle(ClientGone(peer=CLIENTS[c]), self.now))
+        assert not any(job.request.reply_to == CLIENTS[c] for job in self.router._jobs.values())
 
     @rule(dt=st.integers(0, 700))
     def tick(self, dt: int) -> None:
