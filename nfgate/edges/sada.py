@@ -318,7 +318,7 @@ class SadaChannelEdge(RouterEdge):
     def emit(self, output: Output, now_ms: int) -> list[Command]:
         match output:
             case Dispatch():
-                return self._dispatch(output)
+                return self._dispatch(output, now_ms)
             case Deliver():
                 self._deliver(output)
             case Evict():
@@ -326,12 +326,7 @@ class SadaChannelEdge(RouterEdge):
                 # again (RINTR), as other protocols' workers re-register after theirs: an
                 # idle server would not speak again (MMI restart, a server taken for dead
                 # that was only slow). One that is gone does not read it.
-                address = output.worker.address
-                p = self._servers.get(address)
-                self._forget(address)
-                if p is not None:
-                    p.rintr_at = now_ms
-                    self._ask_back(address, p.proto, p.dialect)
+                self._forget(output.worker.address, now_ms)
             case Abort():
                 p = self._servers.get(output.worker.address)
                 if p is not None:
@@ -352,16 +347,24 @@ class SadaChannelEdge(RouterEdge):
             log.debug("%s: client %s gone: its requests are cancelled", self.name, peer_label(address))
         return [ClientGone(peer=self.peer(address))]
 
-    def _forget(self, address: bytes) -> None:
-        if self._recall is not None:
-            self._recall.drop(address)
+    def _forget(self, address: bytes, now: int) -> None:
+        """Forget the server at ``address`` and ask it back (RINTR). One not connected
+        now (a network break: its socket reconnects by itself) and with an identity of
+        its own is asked again once it is back, as after a restart
+        (:class:`ServerRecall`); any other is struck off the recall list."""
         p = self._servers.pop(address, None)
         self._due.pop(address, None)
-        if p is not None:
-            p.state = ChannelState.NEW
-            p.held.clear()
+        if p is None:
+            return
+        p.state = ChannelState.NEW
+        p.held.clear()
+        p.rintr_at = now
+        if self._ask_back(address, p.proto, p.dialect) or self._recall is None:
+            return
+        if not (identity_lasts(address) and self._recall.expect(address)):
+            self._recall.drop(address)
 
-    def _dispatch(self, out: Dispatch) -> list[Command]:
+    def _dispatch(self, out: Dispatch, now: int) -> list[Command]:
         address, request = out.worker.address, out.request
         p = self._servers.get(address)
         if p is None:  # the core has a worker this edge forgot: reconcile
@@ -393,7 +396,7 @@ class SadaChannelEdge(RouterEdge):
             return [Reply(id=request.id, status=Status.ERROR, worker=out.worker, reason=reason)]
         p.held[rid] = request.id
         if not self._send_message(address, message, p.dialect):
-            self._forget(address)
+            self._forget(address, now)
             return [Unregister(peer=out.worker, reason="socket gone")]
         return []
 
@@ -437,7 +440,7 @@ class SadaChannelEdge(RouterEdge):
             p = self._servers[address]
             self.counters["pings_sent"] += 1
             if not self._send_message(address, Ping(proto=p.proto), p.dialect):
-                self._forget(address)
+                self._forget(address, now_ms)
                 out.append(Unregister(peer=self.peer(address), reason="socket gone"))
                 continue
             p.beats_sent += 1

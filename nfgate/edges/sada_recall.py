@@ -88,6 +88,17 @@ class ServerRecall:
         self._known[identity] = (proto, dialect)
         self._write()
 
+    def expect(self, identity: bytes) -> bool:
+        """A kept server's connection went (a network break): RINTR it once it is back,
+        within a new window. False when it is not kept (nothing to ask)."""
+        known = self._known.get(identity)
+        if known is None:
+            return False
+        self._pending[identity] = known
+        self._until = None  # the window starts again at the next round
+        self._next = 0
+        return True
+
     def drop(self, identity: bytes) -> None:
         """A server withdrew (no services) or was taken for dead: forget it."""
         self._pending.pop(identity, None)

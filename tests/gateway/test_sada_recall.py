@@ -145,6 +145,28 @@ def test_an_idle_server_re_registers_after_an_mmi_restart(
         finish(gw)
 
 
+def test_a_server_back_from_a_network_break_is_asked_back(
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]], port: int
+) -> None:
+    # Its PING found no connection: forgotten ("socket gone"), and asked back with RINTR
+    # once it reconnects, or, idle, it would never be heard from again.
+    binds = [(k, u) for k, u in random_binds() if k != "sada"] + [("sada", f"tcp://127.0.0.1:{port}")]
+    gw = start_gateway(tmp_path, "[edges.sada]\nheartbeat_ms = 100\nliveness = 50\n", binds=binds)
+    try:
+        url = f"tcp://127.0.0.1:{port}"
+        server = _server(ctx, url, b"srv-3")
+        _intr(server, PROTO_BYTE, "svc")
+        until(lambda: _served(gw) == ["svc"])
+        server.close(0)  # the break
+        until(lambda: not _served(gw))
+        back = _server(ctx, url, b"srv-3")  # the same server, its socket reconnected
+        assert _next(back) == Rintr(proto=PROTO_BYTE)
+        _intr(back, PROTO_BYTE, "svc")
+        until(lambda: _served(gw) == ["svc"])
+    finally:
+        finish(gw)
+
+
 # ------------------------------------------------------------- the file alone
 
 
@@ -171,6 +193,8 @@ def test_the_recall_asks_until_each_server_is_connected_then_gives_up_on_the_res
     assert again.pending == 0 and again.due() is None
     third = ServerRecall(path, window_ms=1000, limit=10)  # and forgotten: it INTRs when it starts
     assert third.pending == 1 and json.loads(path.read_text())["servers"][0]["identity"] == b"a".hex()
+    assert not third.expect(b"b") and third.expect(b"a")  # a break: only a kept one is asked back
+    assert third.ask(5000, _rintr_to({b"a"}, asked)) == 1
 
 
 def test_the_recall_is_bounded_and_a_bad_file_is_an_empty_list(tmp_path: Path) -> None:
