@@ -77,7 +77,7 @@ class MemoryTransport:
         self.received += 1
         return self._inbox[self._next - 1]
 
-    def send(self, identity: bytes, frames: list[bytes]) -> bool:
+    def send(self, identity: bytes, frames: list[bytes], *, probe: bool = False) -> bool:
         self.outbox.append((identity, frames))
         self.sent += 1
         return True

@@ -29,6 +29,6 @@ class Recorded(MemoryTransport):
             self.events.append(("recv", got[0], None))
         return got
 
-    def send(self, identity: bytes, frames: list[bytes]) -> bool:
+    def send(self, identity: bytes, frames: list[bytes], *, probe: bool = False) -> bool:
         self.events.append(("send", identity, self._decode(frames)))
-        return super().send(identity, frames)
+        return super().send(identity, frames, probe=probe)

@@ -274,7 +274,7 @@ class _Connections:
         self.closed: list[int] = []
         self.sent: list[tuple[bytes, list[bytes]]] = []
 
-    def send(self, identity: bytes, frames: list[bytes]) -> bool:
+    def send(self, identity: bytes, frames: list[bytes], *, probe: bool = False) -> bool:
         self.sent.append((identity, frames))
         return True
 
