@@ -412,16 +412,33 @@ class Gateway:
         return edge
 
     def _tick(self, now: int) -> None:
+        # Guarded as feed() and _read() are: a bug in one timer costs that timer's work,
+        # not the loop (the loop stopping would take every peer down with it).
         due = self.router.next_deadline()
         if due is not None and due <= now:
-            for output in self.router.tick(now):
+            try:
+                outputs = self.router.tick(now)
+            except Exception:
+                self._bug(None, "the core's tick")
+                outputs = []
+            for output in outputs:
                 edge = self._edge_for(output)
                 if edge is not None:
-                    self.feed(edge.emit(output, now), now)
+                    try:
+                        commands = edge.emit(output, now)
+                    except Exception:
+                        self._bug(edge, f"emit of {type(output).__name__} at a tick")
+                        continue
+                    self.feed(commands, now)
         for edge in self.edges.values():
             due = edge.next_deadline()
             if due is not None and due <= now:
-                self.feed(edge.tick(now), now)
+                try:
+                    commands = edge.tick(now)
+                except Exception:
+                    self._bug(edge, "tick")
+                    continue
+                self.feed(commands, now)
 
     def _flush(self, now: int) -> None:
         # Two phases: every edge's queued sends, then commits. An NFP job dispatched to a

@@ -450,7 +450,10 @@ class SadaChannelEdge(RouterEdge):
         """RINTR to a server the channel does not hold as registered (known before the
         restart, or just evicted); False when it is not connected, which is not counted
         as unroutable: expected until libzmq reconnects it, or of a server gone."""
-        frames = self._encode(Rintr(proto=proto), dialect)
+        try:
+            frames = self._encode(Rintr(proto=proto), dialect)
+        except (ValueError, ConfigError):  # not a proto or dialect of SADA's: nothing to send
+            return False
         if frames is None or not self.transport.send(address, frames, probe=True):
             return False
         self.counters["rintr_sent"] += 1

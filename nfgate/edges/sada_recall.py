@@ -21,6 +21,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from nfgate.codecs.sada import DIALECTS, PROTOS
+
 __all__ = ["RETRY_MS", "ServerRecall", "recall_path"]
 
 log = logging.getLogger("nfgate.edge.sada")
@@ -65,9 +67,13 @@ class ServerRecall:
             if data.get("format") != FORMAT:
                 raise ValueError(f"format {data.get('format')!r}, not {FORMAT}")
             known = {
-                bytes.fromhex(s["identity"]): (bytes.fromhex(s["proto"]), str(s["dialect"]))
+                bytes.fromhex(s["identity"]): (bytes.fromhex(s["proto"]), s["dialect"])
                 for s in data["servers"][: self._limit]
             }
+            for proto, dialect in known.values():
+                # What a RINTR is encoded with: anything else would fail at the first tick.
+                if proto not in PROTOS or dialect not in (*DIALECTS, "auto"):
+                    raise ValueError(f"a server's proto {proto!r} or dialect {dialect!r} is not SADA's")
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             log.warning("%s: not a server list (%s): no server is asked back", self.path, exc)
             return {}

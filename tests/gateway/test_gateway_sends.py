@@ -173,3 +173,18 @@ def test_an_output_for_an_edge_that_does_not_exist_is_counted_as_a_bug_and_the_l
         (peer, m.metadata) for kind, peer, m in memory.events if kind == "send" and isinstance(m, Request)
     ]
     assert sent == [(b"w1", (b"r1",))]
+
+
+def test_a_bug_in_an_edges_timer_costs_that_tick_not_the_loop(
+    loop: tuple[Gateway, Recorded], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gateway, memory = loop
+    monkeypatch.setattr(DcpEdge, "next_deadline", lambda self: 0)
+    monkeypatch.setattr(DcpEdge, "tick", lambda self, now: 1 / 0)
+    iterate(gateway, memory, (b"w1", Registration(service=b"echo")))  # the tick raises here
+    iterate(gateway, memory, (b"c1", request(b"r1")))  # and again: the loop goes on serving
+    sent = [
+        (peer, m.metadata) for kind, peer, m in memory.events if kind == "send" and isinstance(m, Request)
+    ]
+    assert sent == [(b"w1", (b"r1",))]
+    assert gateway.internal_errors == 2 and gateway.edges["dcp"].counters["internal_errors"] == 2

@@ -204,6 +204,13 @@ def test_the_recall_is_bounded_and_a_bad_file_is_an_empty_list(tmp_path: Path) -
         recall.keep(name, PROTO_BYTE, "spec")
     assert ServerRecall(path, window_ms=1000, limit=10).pending == 2
     assert path.stat().st_mode & 0o077 == 0  # identities and endpoints: the owner's only
-    for damaged in ("{", '{"format": 9, "servers": []}', '{"format": 1, "servers": [{"identity": "zz"}]}'):
+    entry = '{"format": 1, "servers": [{"identity": "61", "proto": "%s", "dialect": "%s"}]}'
+    for damaged in (
+        "{",
+        '{"format": 9, "servers": []}',
+        '{"format": 1, "servers": [{"identity": "zz"}]}',
+        entry % (b"SADA2".hex(), "spec"),  # a RINTR in it could not be encoded: not taken
+        entry % (PROTO_BYTE.hex(), "bogus"),
+    ):
         path.write_text(damaged)
         assert ServerRecall(path, window_ms=1000, limit=10).pending == 0
