@@ -236,8 +236,17 @@ class Router(WorkerSide):
 
     # ------------------------------------------------------------------ requests
 
-    def _request(self, cmd: Request, now: int, out: list[Output], *, chained: bool = False) -> None:
-        """Take a request; ``chained``: handed on by the worker that held it (Forward)."""
+    def _request(
+        self,
+        cmd: Request,
+        now: int,
+        out: list[Output],
+        *,
+        chained: bool = False,
+        avoid: set[Peer] | None = None,
+    ) -> None:
+        """Take a request; ``chained``: handed on by the worker that held it (Forward);
+        ``avoid``: workers an ANY request must not go to (Part.avoid)."""
         if cmd.reply_to in self._workers:  # a worker forwarding a request is alive too
             self._touch(self._workers[cmd.reply_to], now)
             chained = True
@@ -271,6 +280,7 @@ class Router(WorkerSide):
         kind = req.target.kind
         if kind is TargetKind.ANY:
             self._add_part(job, Part(job))
+            job.parts[0].avoid = avoid
             self._place_any(job.parts[0], now, out, retry=False)
         elif kind is TargetKind.ALL:
             if not self._fan_out(job, now, out):
@@ -499,12 +509,21 @@ class Router(WorkerSide):
         advance(part, Event.REPLY)  # it leaves this worker as if answered
         del self._jobs[cmd.id]
         moved = attrs.evolve(part.job.request, service=cmd.service, metadata=cmd.metadata, body=cmd.body)
+        # Workers that still hold this id as a late request (it timed out there before
+        # the retry was handed on here) must not get it under the same id: their late
+        # answer would be taken for the new one's. They keep avoiding it until they
+        # answer (their late entry now names the new part, which their answer unshuns).
+        late = {p for p in part.avoid or () if p in self._workers and cmd.id in self._workers[p].late}
         at = len(out)
         self._request(
-            moved, now, out, chained=True
+            moved, now, out, chained=True, avoid=set(late) or None
         )  # same id, client and origin: the reply finds its way home
         if at < len(out) and isinstance(out[at], Accepted):
             del out[at]  # the client was told about this request already
+        job = self._jobs.get(cmd.id)
+        if job is not None and late:
+            for peer in late:
+                self._workers[peer].late[cmd.id] = job.parts[0]
         self._feed(w, now, out)
 
     def worker_name(self, peer: Peer) -> str:

@@ -276,3 +276,25 @@ def test_a_request_cancelled_at_an_nfp_worker_frees_the_slot_with_an_abort() -> 
     out = r.handle(Cancel(peer=CA, job_id=str(rid)), 10)
     assert [a.request.id for a in of(out, Abort)] == [rid]
     assert dispatched(out) == [(nw, nxt)]
+
+
+def test_a_retry_handed_on_does_not_go_back_under_its_id_to_the_worker_late_with_it() -> None:
+    # W1 (services a and b) times out on a request; its retry at W2 is handed on to b,
+    # under the same id. Given to W1, W1's late answer to a would be taken for b's.
+    d1, d2 = worker("d1", "dcp"), worker("d2", "dcp")
+    r = Router(LONG)
+    reg(r, d1, 0, svc("a"), svc("b"))
+    reg(r, d2, 0, svc("a"))
+    rid, out = submit(r, req("a", timeout_ms=50), 0)
+    assert dispatched(out) == [(d1, rid)]
+    assert dispatched(r.tick(50)) == [(d2, rid)]
+    r.handle(Heartbeat(peer=d1), 55)  # a slot beside the late request: it could take b
+    out = r.handle(Forward(worker=d2, id=rid, service=svc("b"), body=(b"y",)), 60)
+    assert dispatched(out) == []  # b waits for d1 to be done with a
+    out = r.handle(Reply(id=rid, status=200, body=(b"answer to a",), worker=d1), 70)
+    assert not of(out, Deliver) and dispatched(out) == [(d1, rid)]  # dropped; now b goes there
+    assert r.stats()["late_replies"] == 1
+    out = r.handle(Reply(id=rid, status=200, body=(b"answer to b",), worker=d1), 80)
+    (d,) = of(out, Deliver)
+    assert d.reply.body == (b"answer to b",) and d.request.service.name == "b"
+    assert slots(r, d1) == (0, 0)
