@@ -80,8 +80,8 @@ class PartState(StateEnum):
 class Event(StateEnum):
     DISPATCH = "dispatch"  # given to a worker
     PROGRESS = "progress"  # the worker sent a 1xx reply: relayed, the part stays in flight
-    REPLY = "reply"  # the worker sent its final reply
-    REQUEUE = "requeue"  # the worker was lost or timed out, and a retry is allowed
+    REPLY = "reply"  # the worker sent its final reply (in time, or late while the retry waited)
+    REQUEUE = "requeue"  # lost, timed out or unsendable at its worker, and a retry is allowed
     FAIL = "fail"  # lost/timed out with no retry left, or the bound worker is gone
     EXPIRE = "expire"  # queued longer than the queue expiry
     CANCEL = "cancel"  # Cancel from a client
@@ -95,6 +95,8 @@ TRANSITIONS: Final[dict[tuple[PartState, Event], PartState]] = {
     (PartState.QUEUED, Event.SPLIT): PartState.SPLIT,
     # A part bound to a worker (ALL) that leaves before taking it has nowhere else to go.
     (PartState.QUEUED, Event.FAIL): PartState.FAILED,
+    # The late answer of the worker it timed out at, while its retry still waited.
+    (PartState.QUEUED, Event.REPLY): PartState.DONE,
     (PartState.IN_FLIGHT, Event.PROGRESS): PartState.IN_FLIGHT,
     (PartState.IN_FLIGHT, Event.REPLY): PartState.DONE,
     (PartState.IN_FLIGHT, Event.REQUEUE): PartState.QUEUED,

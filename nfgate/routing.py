@@ -454,7 +454,7 @@ class Router(WorkerSide):
         part = w.in_flight.get(cmd.id) if w is not None else None
         if w is None or part is None:
             if w is not None and cmd.id in w.late:
-                self._late_answer(w, cmd.id, now, out, interim=cmd.interim)
+                self._late_answer(w, cmd.id, now, out, interim=cmd.interim, reply=cmd)
                 return
             # Not given to this worker, or already answered: drop it.
             self._stats["unknown_replies"] += 1
@@ -511,8 +511,8 @@ class Router(WorkerSide):
         moved = attrs.evolve(part.job.request, service=cmd.service, metadata=cmd.metadata, body=cmd.body)
         # Workers that still hold this id as a late request (it timed out there before
         # the retry was handed on here) must not get it under the same id: their late
-        # answer would be taken for the new one's. They keep avoiding it until they
-        # answer (their late entry now names the new part, which their answer unshuns).
+        # answer would be taken for the new one's. They avoid it until they answer
+        # (_late_answer unshuns the job that now has the id).
         late = {p for p in part.avoid or () if p in self._workers and cmd.id in self._workers[p].late}
         at = len(out)
         self._request(
@@ -520,10 +520,6 @@ class Router(WorkerSide):
         )  # same id, client and origin: the reply finds its way home
         if at < len(out) and isinstance(out[at], Accepted):
             del out[at]  # the client was told about this request already
-        job = self._jobs.get(cmd.id)
-        if job is not None and late:
-            for peer in late:
-                self._workers[peer].late[cmd.id] = job.parts[0]
         self._feed(w, now, out)
 
     def worker_name(self, peer: Peer) -> str:

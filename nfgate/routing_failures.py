@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from nfgate import routing_views as views
 from nfgate.model import Peer, Reply, Status, TargetKind
-from nfgate.queues import Event, Job, Part, PartState, WorkerState, advance
+from nfgate.queues import Event, Job, Part, PartState, WorkerState, advance, with_field
 from nfgate.routing_types import Deliver, Output, RouterConfig
 
 __all__ = ["FailureSide"]
@@ -141,14 +141,48 @@ class FailureSide:
             out,
         )
 
-    def _late_answer(self, w: WorkerState, rid: int, now: int, out: list[Output], *, interim: bool) -> None:
-        """``w`` answers request ``rid`` after it timed out there: the request was retried
-        or failed since, so the answer is dropped (counted); a final one frees the slot."""
+    def _late_answer(
+        self,
+        w: WorkerState,
+        rid: int,
+        now: int,
+        out: list[Output],
+        *,
+        interim: bool,
+        reply: Reply | None = None,
+    ) -> None:
+        """``w`` answers request ``rid`` after it timed out there; a final answer frees
+        the slot. While the retry still waits in a queue (no other worker was free), a
+        final ``reply`` is the client's answer: the retry leaves the queue rather than
+        have the same work done again, maybe by this same worker (counted
+        ``late_replies_relayed``). Otherwise the request was retried elsewhere or failed
+        since, and the answer is dropped (``late_replies``); so is an interim one or a
+        hand-on (no ``reply``)."""
         self._touch(w, now)
-        self._stats["late_replies"] += 1
         if interim:
+            self._stats["late_replies"] += 1
             return  # still working on it
-        w.late.pop(rid).unshun(w.peer)  # done with it: a retry may go there again
+        part = w.late.pop(rid)
+        part.unshun(w.peer)  # done with it: a retry may go there again
+        job = part.job
+        current = self._jobs.get(rid)
+        if current is not None and current is not job:
+            # The retry was handed on (Forward) under the same id, kept away from this
+            # worker until now: it may go there too.
+            for p in current.parts:
+                p.unshun(w.peer)
+        if reply is not None and not reply.reason and part.state is PartState.QUEUED and current is job:
+            self._unqueue(part)
+            advance(part, Event.REPLY)
+            job.open -= 1
+            if job.open == 0:
+                del self._jobs[rid]
+            self._stats["replied"] += 1
+            self._stats["late_replies_relayed"] += 1
+            named = reply if reply.worker_name or not w.name else with_field(reply, "worker_name", w.name)
+            out.append(Deliver(reply=named, request=job.request, remaining=job.open))
+        else:
+            self._stats["late_replies"] += 1
         if w.capacity > w.base:
             w.capacity -= 1  # as for any reply: the slot a heartbeat granted is spent
         self._feed(w, now, out)

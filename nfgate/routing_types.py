@@ -29,6 +29,7 @@ COUNTERS: Final = (
     "cancelled",
     "unknown_replies",
     "late_replies",
+    "late_replies_relayed",
     "unsendable",
     "unknown_heartbeats",
     "unknown_cancels",

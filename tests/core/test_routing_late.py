@@ -64,15 +64,20 @@ def test_a_late_answer_is_dropped_and_frees_the_slot() -> None:
     assert stats["late_replies"] == 2 and stats["unknown_replies"] == 0 and stats["late"] == 0
 
 
-def test_the_worker_that_answered_late_may_take_the_retry_again() -> None:
+def test_a_late_answer_while_the_retry_still_waits_is_the_clients_answer() -> None:
+    # Slow, not hung: nobody else took the retry, so this answer is the one the client
+    # waits for, not work to do again (on that same worker, the only one free).
     r = Router(LONG)
     reg(r, W1)
     rid, _ = submit(r, req(timeout_ms=50), 0)
     r.tick(50)
-    out = answer(r, W1, rid, 70)  # slow, not hung: the retry still waiting goes to it
-    assert dispatched(out) == [(W1, rid)] and not of(out, Deliver)
-    (d,) = of(answer(r, W1, rid, 80), Deliver)
-    assert d.final and d.reply.status == 200
+    out = answer(r, W1, rid, 70)
+    (d,) = of(out, Deliver)
+    assert d.final and d.reply.status == 200 and dispatched(out) == []
+    stats = r.stats()
+    assert (stats["late_replies_relayed"], stats["late_replies"], stats["replied"]) == (1, 0, 1)
+    assert (stats["jobs"], stats["queued"], stats["late"]) == (0, 0, 0)
+    assert r.tick(100) == []  # the retry's timer is spent
 
 
 def test_a_retry_with_no_other_worker_fails_504_after_its_timeout_not_the_queue_expiry() -> None:

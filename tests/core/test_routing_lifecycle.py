@@ -370,14 +370,12 @@ def test_next_deadline_is_the_earliest_of_everything() -> None:
     out = r.tick(750)
     assert dispatched(out) == []  # W1 still holds it (late): the retry waits for a worker,
     assert r.next_deadline() == 850  # at most its own timeout
-    out = answer(r, W1, rid, 800)  # the late answer is dropped; the freed W1 takes the retry
-    assert dispatched(out) == [(W1, rid)] and not of(out, Deliver)
-    assert r.next_deadline() == 900
-    answer(r, W1, rid, 850)  # refreshes W1 too: liveness at 1150
-    assert r.next_deadline() == 1_000
+    out = answer(r, W1, rid, 800)  # late, but the retry still waits: it is the answer
+    assert dispatched(out) == [] and of(out, Deliver)[0].reply.status == 200
+    assert r.next_deadline() == 1_000  # the retry's timer is spent; W1 refreshed: liveness at 1100
     assert of(r.tick(1_000), Deliver)[0].reply.status == 408
-    assert r.next_deadline() == 1_150
-    assert of(r.tick(1_150), Evict)
+    assert r.next_deadline() == 1_100
+    assert of(r.tick(1_100), Evict)
     assert r.next_deadline() is None
 
 
