@@ -27,7 +27,7 @@ from nfgate.errors import ConfigError, TransportError
 from nfgate.gateway import Gateway, LogRing
 from nfgate.metrics import MetricsServer, render
 from nfgate.routing import Router
-from nfgate.store import JobStore, check_unlocked
+from nfgate.store import STORE_FILE, JobStore, check_unlocked, lock_path
 from nfgate.transports.curve import stop_authenticators
 
 __all__ = ["build", "serve"]
@@ -70,9 +70,7 @@ def build(
     # The capture's mistakes (its folder, an edge name) before any edge binds: one line.
     capture = _capture(cfg, [(name, ec.kind) for ec, name, _ in planned])
     try:
-        store = JobStore(
-            cfg.data_dir / "jobs.sqlite3", fsync=cfg.fsync, retention_ms=cfg.job_retention_s * 1000
-        )
+        store = JobStore(cfg.data_dir / STORE_FILE, fsync=cfg.fsync, retention_ms=cfg.job_retention_s * 1000)
     except BaseException:
         if capture is not None:
             capture.close()
@@ -208,7 +206,7 @@ def serve(
     try:
         # Metrics first: a port in use is then the only line printed. But a data dir in
         # use is the likelier cause (the same config started twice): said first.
-        check_unlocked(cfg.data_dir / "jobs.sqlite3.lock")  # JobStore's, in build()
+        check_unlocked(lock_path(cfg.data_dir / STORE_FILE))  # the store's, opened in build()
         exporter = _metrics(holder, cfg.metrics) if cfg.metrics is not None else None
         gateway = build(cfg, context, wake_fd=reader.fileno(), logs=logs)
         holder.append(gateway)

@@ -50,9 +50,11 @@ from nfgate.checkpoint import Checkpointer
 from nfgate.errors import ConfigError
 from nfgate.frames import bytes_tuple
 
-__all__ = ["JobRecord", "JobState", "JobStore", "StoredResult"]
+__all__ = ["STORE_FILE", "JobRecord", "JobState", "JobStore", "StoredResult", "check_unlocked", "lock_path"]
 
 log = logging.getLogger("nfgate.store")
+
+STORE_FILE = "jobs.sqlite3"  # the job store's file in the data dir
 
 # What SQLite itself syncs the WAL with where it exists (Linux): data and size, not mtime.
 _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
@@ -162,9 +164,9 @@ def _lock(path: Path) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        in_use = _in_use(fd, path)
         os.close(fd)
-        raise ConfigError(f"the job store {path.parent} is in use by another nfgate (pid {holder})") from None
+        raise in_use from None
     except OSError as exc:
         if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
             os.close(fd)
@@ -173,6 +175,18 @@ def _lock(path: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def _in_use(fd: int, path: Path) -> ConfigError:
+    """The error for a lock file ``path`` (open as ``fd``) another process holds,
+    naming its pid as written in the file."""
+    holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+    return ConfigError(f"the job store {path.parent} is in use by another nfgate (pid {holder})")
+
+
+def lock_path(db: Path) -> Path:
+    """The lock file of the job store at ``db``."""
+    return Path(f"{db}.lock")
 
 
 def check_unlocked(path: Path) -> None:
@@ -191,8 +205,7 @@ def check_unlocked(path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-        raise ConfigError(f"the job store {path.parent} is in use by another nfgate (pid {holder})") from None
+        raise _in_use(fd, path) from None
     except OSError:  # no locks on this file system: the store logs it
         pass
     finally:
@@ -232,7 +245,7 @@ class JobStore:
             # An existing dir or file keeps the mode its owner gave it.
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
-            self._lock_fd = _lock(Path(f"{self.path}.lock"))
+            self._lock_fd = _lock(lock_path(self.path))
             # check_same_thread off: the store is used by one thread at a time, but that
             # thread (the gateway loop) need not be the one that opened it.
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
