@@ -94,6 +94,7 @@ class RouterEdge(Edge, Decoding):
     # their own transport without RouterEdge.__init__ still have them.
     _outgoing: list[tuple[bytes, list[bytes]]] | tuple[()] = ()
     _unreachable: list[bytes] | tuple[()] = ()
+    _deferred: list[Command] | tuple[()] = ()  # closings read by note_connection, for lost_messages
     # Edges whose workers are removed as soon as their connection closes (a process
     # that died, a connection libzmq dropped for a frame over ZMQ_MAXMSGSIZE), rather
     # than liveness intervals later: the worker's DEALER reconnects on its own, so
@@ -151,11 +152,21 @@ class RouterEdge(Edge, Decoding):
         if old == fd or fd < 0:  # -1: no connection to tell (a transport without one)
             return
         holder = self._by_fd.get(fd)
+        if holder is not None and holder != address and self._fd_of.get(holder) != fd:
+            # A watched client's: noted at its first message, which may have been read
+            # after its closing was (note_client), so no closing need be still to come.
+            # Read those pending to tell; their commands go out with lost_messages().
+            self._deferred = [*self._deferred, *self._closings(self.transport.closed_connections())]
+            holder = self._by_fd.get(fd)
+            if holder is not None and holder != address:
+                self._holder_gone(fd, holder)  # its closing was read before it spoke
+                self._deferred = [*self._deferred, *self._closings([])]
+                holder = None
         if holder is not None and holder != address:
-            # The fd is another worker's (or watched client's), whose connection closed
-            # and whose closing is still to be read (the loop reads those first, but a
-            # connection can close and its fd be reused while a batch is being read):
-            # that peer is gone, and that closing is not this connection's.
+            # The fd is another worker's, whose connection closed and whose closing is
+            # still to be read (the loop reads those first, but a connection can close
+            # and its fd be reused while a batch is being read): that worker is gone, and
+            # that closing is not this connection's.
             self._reused[fd] = self._reused.get(fd, 0) + 1
             self._holder_gone(fd, holder)
         if old is not None and self._by_fd.get(old) == address:
@@ -319,11 +330,14 @@ class RouterEdge(Edge, Decoding):
         message may have been the reply to a request they hold, which would otherwise
         wait for ever, with the worker busy. Their requests are dispatched again (at most
         ``max_redispatch`` times, then the client's error) and the worker, told it is
-        unknown at its next message, registers again. Call after reading."""
-        if not self._dropped_from:
-            return []
-        dropped, self._dropped_from = self._dropped_from, []
+        unknown at its next message, registers again. Call after reading: it also returns
+        the commands of connection closings :meth:`note_connection` read."""
         commands: list[Command] = []
+        if self._deferred:
+            commands, self._deferred = list(self._deferred), []
+        if not self._dropped_from:
+            return commands
+        dropped, self._dropped_from = self._dropped_from, []
         for address in dict.fromkeys(dropped):
             commands.extend(self.connection_closed(address, "its message over a limit was dropped"))
         return commands

@@ -282,6 +282,27 @@ def test_a_client_whose_closing_was_read_before_its_first_message_is_gone_when_i
     assert gone(edge._connections_closed(0)) == [B]  # B's closing is not taken for A's
 
 
+def test_a_worker_on_the_fd_of_a_client_whose_closing_was_read_first_keeps_its_own_closing(
+    watched_dcp: tuple[DcpEdge, _Connections],
+) -> None:
+    # Client A's closing is read before its first message; then a worker registers on
+    # A's old fd. No closing of A's is still to come: the worker's, when it comes, must
+    # not be taken for it (the worker would be left registered until its liveness ran out).
+    from nfgate.edges.dcp import _Worker
+    from nfgate.model import Unregister
+
+    edge, fake = watched_dcp
+    fake.closed = [7]
+    assert edge._connections_closed(0) == []
+    assert first_message(edge, fake, A, 7) == []
+    edge._workers[b"W"] = _Worker(b"svc")
+    edge.note_connection(b"W")  # on fd 7 (fake.fd): A is gone
+    assert gone(edge.lost_messages()) == [A]
+    fake.closed = [7]  # W's connection closes
+    (closed,) = edge._connections_closed(0)
+    assert isinstance(closed, Unregister) and closed.peer.address == b"W"
+
+
 def test_a_client_with_its_own_identity_is_not_watched(watched_dcp: tuple[DcpEdge, _Connections]) -> None:
     edge, fake = watched_dcp
     first_message(edge, fake, b"my-client", 7)
