@@ -166,8 +166,9 @@ class Edge(abc.ABC):
         self.url = settings.url
         self.counters: Counter[str] = Counter(dict.fromkeys(self.EVENTS, 0))
         self.bad_inputs = 0  # every bad_input() call, whatever its counter
-        self._malformed_unwarned = 0  # malformed messages since the last WARNING
-        self._malformed_warn_at: float | None = None  # monotonic time of the next one
+        # Per kind (``what``): messages since its last WARNING, and the monotonic time
+        # of the next one. A few fixed kinds per edge, so a few entries at most.
+        self._malformed: dict[str, tuple[int, float]] = {}
         # Peers whose records this edge keeps ([limits] max_peers): the Peer and
         # ServiceRef caches are reset beyond it, the protocol edges' records trimmed.
         self.max_peers = settings.limits.max_peers
@@ -338,10 +339,12 @@ class Edge(abc.ABC):
         DEBUG, and a WARNING for the first and then at most one a minute with the number
         since, so that an operator at INFO learns that a peer speaks something else (a
         misconfigured client, another protocol on the port) without a line per message,
-        which a hostile peer could turn into a flood of the log."""
-        self._malformed_unwarned += 1
+        which a hostile peer could turn into a flood of the log. Each kind (``what``)
+        has its own minute: one kind's flood does not hide another's first warning."""
+        unwarned, warn_at = self._malformed.get(what, (0, 0.0))
         now = _clock()
-        if self._malformed_warn_at is not None and now < self._malformed_warn_at:
+        if now < warn_at:
+            self._malformed[what] = (unwarned + 1, warn_at)
             log.debug("%s: %s from %s: %s", self.name, what, source, reason)
             return
         log.warning(
@@ -351,10 +354,9 @@ class Edge(abc.ABC):
             what,
             source,
             reason,
-            self._malformed_unwarned,
+            unwarned + 1,
         )
-        self._malformed_unwarned = 0
-        self._malformed_warn_at = now + MALFORMED_WARN_S
+        self._malformed[what] = (0, now + MALFORMED_WARN_S)
 
 
 class BeatCounts(Protocol):

@@ -314,3 +314,27 @@ def test_a_message_over_a_limit_is_warned_about_naming_the_limit(
             assert serve_one(w).metadata == (b"small",)
             [warning] = warnings_of(caplog, "dcp: too_large")
             assert "over 4096 bytes, dropped" in warning
+
+
+def test_each_kind_of_bad_input_has_its_own_minute_of_warnings(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A flood of one kind (garbage on the port) must not hide the first warning of
+    # another (a body refused for a NorFab worker, say).
+    import nfgate.edges.base
+    from nfgate.edges import EdgeSettings
+    from nfgate.edges.dcp import DcpEdge
+
+    monkeypatch.setattr(nfgate.edges.base, "_clock", lambda: 1000.0)
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    edge = DcpEdge(EdgeSettings(name="dcp", protocol="dcp", url="tcp://127.0.0.1:0", context=context))
+    try:
+        with caplog.at_level(logging.WARNING, "nfgate"):
+            for _ in range(3):
+                edge.malformed("undecodable", "a peer", "garbage")
+            edge.malformed("bodies_refused", "a client", "not JSON")
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert [m.split(" from ")[0] for m in warned] == ["dcp: undecodable", "dcp: bodies_refused"]
+    finally:
+        edge.close()
+        context.term()
