@@ -195,8 +195,9 @@ def advance(part: Part, event: Event) -> PartState:
 class FairQueue:
     """Queued ANY parts of one service (name and version), fair across clients.
 
-    ``retry`` holds parts whose worker was lost: they were already first in line once,
-    so they go before everything else. Other parts wait in one FIFO per client, and the
+    ``retry`` holds parts to try again (their worker was lost, timed out, or could not
+    be sent them): they were already first in line once, so they go before everything
+    else, but for a worker a retry avoids, which takes the next one. Other parts wait in one FIFO per client, and the
     clients take turns (round-robin): a client with 100 queued requests delays another
     client's single request by at most one dispatch.
 
