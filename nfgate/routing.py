@@ -280,8 +280,14 @@ class Router(WorkerSide):
         kind = req.target.kind
         if kind is TargetKind.ANY:
             self._add_part(job, Part(job))
-            job.parts[0].avoid = avoid
-            self._place_any(job.parts[0], now, out, retry=False)
+            part = job.parts[0]
+            if avoid:
+                # Queued with the retries, the only entries a worker's turn looks past
+                # when they avoid it (FairQueue.peek); in line from now, like any new one.
+                part.avoid = avoid
+                self._seq += 1
+                part.seq = self._seq
+            self._place_any(part, now, out, retry=avoid is not None)
         elif kind is TargetKind.ALL:
             if not self._fan_out(job, now, out):
                 self._add_part(job, Part(job, placeholder=True))

@@ -141,6 +141,16 @@ class FailureSide:
             out,
         )
 
+    def _release_late(self, peer: Peer, rid: int, part: Part) -> None:
+        """``peer`` no longer holds request ``rid`` (``part``) late (it answered, or left):
+        a retry may go there again, and so may the request that has that id now, if the
+        retry was handed on (Forward) under it, kept away from ``peer`` until now."""
+        part.unshun(peer)
+        current = self._jobs.get(rid)
+        if current is not None and current is not part.job:
+            for p in current.parts:
+                p.unshun(peer)
+
     def _late_answer(
         self,
         w: WorkerState,
@@ -163,14 +173,9 @@ class FailureSide:
             self._stats["late_replies"] += 1
             return  # still working on it
         part = w.late.pop(rid)
-        part.unshun(w.peer)  # done with it: a retry may go there again
+        self._release_late(w.peer, rid, part)
         job = part.job
         current = self._jobs.get(rid)
-        if current is not None and current is not job:
-            # The retry was handed on (Forward) under the same id, kept away from this
-            # worker until now: it may go there too.
-            for p in current.parts:
-                p.unshun(w.peer)
         if reply is not None and not reply.reason and part.state is PartState.QUEUED and current is job:
             self._unqueue(part)
             advance(part, Event.REPLY)

@@ -149,8 +149,8 @@ class WorkerSide(FailureSide):
                 self._waiting.pop(part)
                 self._uncount(part.job.request.service.name)
                 self._finish(part, Event.FAIL, Status.ERROR, "worker left", out, w.name)
-        for part in w.late.values():
-            part.unshun(peer)  # a worker that comes back under this peer has forgotten it
+        for rid, part in w.late.items():
+            self._release_late(peer, rid, part)  # one that comes back under this peer forgot it
         w.late.clear()
         parts = list(w.in_flight.values())
         w.in_flight.clear()

@@ -303,3 +303,35 @@ def test_a_retry_handed_on_does_not_go_back_under_its_id_to_the_worker_late_with
     (d,) = of(out, Deliver)
     assert d.reply.body == (b"answer to b",) and d.request.service.name == "b"
     assert slots(r, d1) == (0, 0)
+
+
+def test_a_handed_on_retry_waiting_in_the_queue_is_not_given_to_the_late_worker_on_its_next_slot() -> None:
+    # As above, but d1's free slot comes after the hand-on: the waiting request is
+    # skipped in the queue (as a retry avoiding d1 is), not given to d1 under its id.
+    d1, d2 = worker("d1", "dcp"), worker("d2", "dcp")
+    r = Router(LONG)
+    reg(r, d1, 0, svc("a"), svc("b"))
+    reg(r, d2, 0, svc("a"))
+    rid, _ = submit(r, req("a", timeout_ms=50), 0)
+    r.tick(50)  # late at d1, retried at d2
+    r.handle(Forward(worker=d2, id=rid, service=svc("b"), body=(b"y",)), 60)
+    other, _ = submit(r, req("b"), 62)  # queued behind it
+    out = r.handle(Heartbeat(peer=d1), 65)  # a slot beside the late request
+    assert dispatched(out) == [(d1, other)]  # the next one in line it may take
+    out = r.handle(Reply(id=rid, status=200, body=(b"answer to a",), worker=d1), 70)
+    assert not of(out, Deliver) and dispatched(out) == []  # dropped; d1 still busy with `other`
+    out = answer(r, d1, other, 80)
+    assert dispatched(out) == [(d1, rid)]  # now the handed-on request goes there
+
+
+def test_a_late_worker_that_leaves_stops_being_avoided_by_the_request_handed_on() -> None:
+    d1, d2 = worker("d1", "dcp"), worker("d2", "dcp")
+    r = Router(LONG)
+    reg(r, d1, 0, svc("a"), svc("b"))
+    reg(r, d2, 0, svc("a"))
+    rid, _ = submit(r, req("a", timeout_ms=50), 0)
+    r.tick(50)
+    r.handle(Forward(worker=d2, id=rid, service=svc("b"), body=(b"y",)), 60)
+    r.handle(Unregister(peer=d1), 70)  # gone with the late request
+    out = reg(r, d1, 80, svc("a"), svc("b"))  # back, under the same peer: it forgot it
+    assert dispatched(out) == [(d1, rid)]

@@ -8,7 +8,18 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from nfgate.model import Cancel, ClientGone, Heartbeat, Peer, Register, Reply, Target, TargetKind, Unregister
+from nfgate.model import (
+    Cancel,
+    ClientGone,
+    Forward,
+    Heartbeat,
+    Peer,
+    Register,
+    Reply,
+    Target,
+    TargetKind,
+    Unregister,
+)
 from nfgate.routing import Router
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, RouterConfig
 
@@ -137,6 +148,15 @@ class NeverLoseARequest(RuleBasedStateMachine):
         if status >= 200:
             self.held.discard((w, rid))
         self.step(self.router.handle(Reply(id=rid, status=status, worker=w), self.now))
+
+    @precondition(lambda self: bool(self.held))
+    @rule(data=st.data(), service=st.sampled_from(SERVICES))
+    def forward(self, data: st.DataObject, service: str) -> None:
+        # DCP chaining: the worker hands the request it holds on, under the same id. It
+        # must not come back under that id to a worker still holding it late.
+        w, rid = data.draw(st.sampled_from(sorted(self.held, key=lambda h: (h[0].address, h[1]))))
+        self.held.discard((w, rid))
+        self.step(self.router.handle(Forward(worker=w, id=rid, service=svc(service), body=(b"f",)), self.now))
 
     @rule(rid=st.integers(0, 30))
     def bogus_reply(self, rid: int) -> None:
