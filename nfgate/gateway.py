@@ -50,6 +50,9 @@ BATCH = 256  # messages one edge may read per iteration: keeps one busy peer fro
 SEND_EVERY = 8
 MAX_SLEEP_MS = 1000  # upper bound on one poll; signals also wake the loop through wake_fd
 PUBLISH_MS = 1000  # how often the counters are copied for the metrics thread
+# A timer whose tick raised is tried again after this: its deadline stays due, and the
+# loop must not spin on it (a traceback an iteration, a core's worth of CPU).
+TICK_RETRY_MS = 1000
 
 
 def monotonic_ms() -> int:
@@ -161,6 +164,7 @@ class Gateway:
         self.published_at = 0.0  # time.monotonic() of the last publish: the loop is alive
         # More sections for stats() (the capture's counters), read at each publish.
         self.extra_stats: dict[str, Callable[[], dict[str, int]]] = {}
+        self._held_off: dict[str, int] = {}  # timer ("core" or an edge) whose tick raised -> retry at
         self.iterations = 0  # loop iterations, exported with the core's counters
         self.internal_errors = 0
 
@@ -413,14 +417,19 @@ class Gateway:
 
     def _tick(self, now: int) -> None:
         # Guarded as feed() and _read() are: a bug in one timer costs that timer's work,
-        # not the loop (the loop stopping would take every peer down with it).
-        due = self.router.next_deadline()
+        # not the loop (the loop stopping would take every peer down with it), and that
+        # timer is held off for TICK_RETRY_MS.
+        due = self._due("core", self.router.next_deadline())
         if due is not None and due <= now:
             try:
                 outputs = self.router.tick(now)
             except Exception:
                 self._bug(None, "the core's tick")
+                self._held_off["core"] = now + TICK_RETRY_MS
                 outputs = []
+            else:
+                if self._held_off:
+                    self._held_off.pop("core", None)
             for output in outputs:
                 edge = self._edge_for(output)
                 if edge is not None:
@@ -430,15 +439,30 @@ class Gateway:
                         self._bug(edge, f"emit of {type(output).__name__} at a tick")
                         continue
                     self.feed(commands, now)
-        for edge in self.edges.values():
-            due = edge.next_deadline()
+        for name, edge in self.edges.items():
+            due = self._due(name, edge.next_deadline())
             if due is not None and due <= now:
                 try:
                     commands = edge.tick(now)
                 except Exception:
                     self._bug(edge, "tick")
+                    self._held_off[name] = now + TICK_RETRY_MS
                     continue
+                if self._held_off:
+                    self._held_off.pop(name, None)
                 self.feed(commands, now)
+
+    def _due(self, timer: str, due: int | None) -> int | None:
+        """``due``, or later while ``timer`` is held off after its tick raised."""
+        if not self._held_off or due is None:
+            return due
+        held = self._held_off.get(timer)
+        if held is None:
+            return due
+        if due >= held:
+            del self._held_off[timer]  # past the hold: an ordinary deadline again
+            return due
+        return held
 
     def _flush(self, now: int) -> None:
         # Two phases: every edge's queued sends, then commits. An NFP job dispatched to a
@@ -455,8 +479,14 @@ class Gateway:
     def _wait(self, now: int, cap: int) -> int:
         if any(edge.pending() for edge in self._eager):
             return 0
-        deadlines = [d for d in (e.next_deadline() for e in self.edges.values()) if d is not None]
-        for due in (self.router.next_deadline(), self._drain_until):
+        if self._held_off:  # a timer whose tick raised: not before its hold ends
+            edges = (self._due(n, e.next_deadline()) for n, e in self.edges.items())
+            core = self._due("core", self.router.next_deadline())
+        else:
+            edges = (e.next_deadline() for e in self.edges.values())
+            core = self.router.next_deadline()
+        deadlines = [d for d in edges if d is not None]
+        for due in (core, self._drain_until):
             if due is not None:
                 deadlines.append(due)
         if not deadlines:

@@ -224,8 +224,11 @@ class RouterEdge(Edge, Decoding):
             commands = self._closings(self.transport.closed_connections())
             holder = self._by_fd.get(fd)  # None if the fd's closing was among those
             if holder is not None and holder != address:
-                if self._client_fd.get(holder) != fd or self._fd_of.get(holder) == fd:
-                    return commands  # a worker's connection, open, under a new name
+                worker = self._client_fd.get(holder) != fd or self._fd_of.get(holder) == fd
+                if worker and identity_lasts(holder):
+                    # Only an identity of its own moves to a newer connection (handover),
+                    # libzmq renaming the old one: this may be that one, still open.
+                    return commands
                 self._holder_gone(fd, holder)  # its closing was read before it spoke
                 commands.extend(self._closings([]))
         self.forget_client(address)

@@ -54,7 +54,7 @@ from nfgate.edges.sada_common import (
     service_ref,
 )
 from nfgate.edges.sada_recall import ServerRecall, recall_path
-from nfgate.errors import ConfigError, EncodeError
+from nfgate.errors import ConfigError, EncodeError, TransportError
 from nfgate.model import (
     ClientGone,
     Command,
@@ -454,7 +454,11 @@ class SadaChannelEdge(RouterEdge):
             frames = self._encode(Rintr(proto=proto), dialect)
         except (ValueError, ConfigError):  # not a proto or dialect of SADA's: nothing to send
             return False
-        if frames is None or not self.transport.send(address, frames, probe=True):
+        try:
+            if frames is None or not self.transport.send(address, frames, probe=True):
+                return False
+        except TransportError as exc:  # the socket itself failed: try again later
+            log.warning("%s: RINTR to %s failed: %s", self.name, peer_label(address), exc)
             return False
         self.counters["rintr_sent"] += 1
         return True

@@ -124,6 +124,7 @@ class ServerRecall:
             return 0
         if self._until is None:
             self._until = now_ms + self._window
+        self._next = now_ms + RETRY_MS  # set first: whatever happens below, not again at once
         sent = [i for i, (proto, dialect) in self._pending.items() if rintr(i, proto, dialect)]
         for identity in sent:
             del self._pending[identity]
@@ -137,7 +138,6 @@ class ServerRecall:
                 self._known.pop(identity, None)
             self._pending.clear()
             self._write()
-        self._next = now_ms + RETRY_MS
         return len(sent)
 
     def _write(self) -> None:

@@ -134,6 +134,8 @@ def test_a_dcp_client_with_its_own_identity_gets_its_replies_when_it_comes_back(
     assert core(gw)["cancelled"] == 2
     again = gw.dealer("dcp", b"my-client")
     dcp_ask(again, b"3")  # connected again: this one queues behind the others
+    # Read by the gateway, so its connection is the identity's before any reply goes to it.
+    until(lambda: core(gw)["queued"] == 3)
     assert [dcp_serve(worker) for _ in range(4)] == [b"0", b"1", b"2", b"3"]
     got = sorted(dcp.decode(recv(again)).metadata[0] for _ in range(4))  # type: ignore[attr-defined]
     assert got == [b"0", b"1", b"2", b"3"]
@@ -217,6 +219,8 @@ def test_a_sada_client_with_its_own_identity_gets_its_replies_when_it_comes_back
     assert core(gw)["cancelled"] == 2
     again = gw.dealer("sada", b"127.0.0.1:7001")
     sada_ask(again, "RQ-3")  # connected again: this one queues behind the others
+    # Read by the gateway, so its connection is the identity's before any REP goes to it.
+    until(lambda: core(gw)["queued"] == 3)
     for _ in range(4):  # the server sees the channel's own request ids
         sada_serve(server)
     got = sorted(rep.request_id for rep in (sada_get(again) for _ in range(4)) if isinstance(rep, Rep))
@@ -301,6 +305,26 @@ def test_a_worker_on_the_fd_of_a_client_whose_closing_was_read_first_keeps_its_o
     fake.closed = [7]  # W's connection closes
     (closed,) = edge._connections_closed(0)
     assert isinstance(closed, Unregister) and closed.peer.address == b"W"
+
+
+def test_a_worker_with_a_made_up_identity_whose_closing_was_read_first_is_gone_when_its_fd_is_reused(
+    watched_dcp: tuple[DcpEdge, _Connections],
+) -> None:
+    # Only an identity of its own is handed over to a newer connection: a made-up one on
+    # a reused fd is a closed connection's, whatever its peer was.
+    from nfgate.edges.dcp import _Worker
+    from nfgate.model import Unregister
+
+    edge, fake = watched_dcp
+    fake.closed = [7]
+    assert edge._connections_closed(0) == []
+    assert first_message(edge, fake, A, 7) == []  # A registers as a worker, read late
+    edge._workers[A] = _Worker(b"svc")
+    edge.note_connection(A)
+    out = first_message(edge, fake, B, 7)  # a client's first message on fd 7
+    assert [c.peer.address for c in out if isinstance(c, Unregister)] == [A]
+    fake.closed = [7]
+    assert gone(edge._connections_closed(0)) == [B]  # B is watched
 
 
 def test_a_client_with_its_own_identity_is_not_watched(watched_dcp: tuple[DcpEdge, _Connections]) -> None:
