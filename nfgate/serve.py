@@ -27,7 +27,8 @@ from nfgate.errors import ConfigError, TransportError
 from nfgate.gateway import Gateway, LogRing
 from nfgate.metrics import MetricsServer, render
 from nfgate.routing import Router
-from nfgate.store import STORE_FILE, JobStore, check_unlocked, lock_path
+from nfgate.store import STORE_FILE, JobStore
+from nfgate.store_lock import check_unlocked, lock_path
 from nfgate.transports.curve import stop_authenticators
 
 __all__ = ["build", "serve"]

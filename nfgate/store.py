@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -49,8 +47,9 @@ from nfgate.checkpoint import INTERVAL_S as CHECKPOINT_S
 from nfgate.checkpoint import Checkpointer
 from nfgate.errors import ConfigError
 from nfgate.frames import bytes_tuple
+from nfgate.store_lock import lock_path, take_lock
 
-__all__ = ["STORE_FILE", "JobRecord", "JobState", "JobStore", "StoredResult", "check_unlocked", "lock_path"]
+__all__ = ["STORE_FILE", "JobRecord", "JobState", "JobStore", "StoredResult"]
 
 log = logging.getLogger("nfgate.store")
 
@@ -151,67 +150,6 @@ def _unpack(blob: bytes) -> tuple[bytes, ...]:
     return tuple(msgpack.unpackb(blob, raw=False))
 
 
-def _lock(path: Path) -> int:
-    """Take the store's lock file (an exclusive ``flock``) and write our pid in it; return
-    its descriptor, which holds the lock until closed or the process dies (kill -9 too).
-
-    Why: two gateways on one data dir would both dispatch the unfinished jobs again at
-    start, and run them twice. Raises :class:`ConfigError` naming the holder's pid when
-    another process has it, :class:`OSError` when the file cannot be opened. A file
-    system without locks (``ENOLCK``, some network mounts) is logged and not locked.
-    """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        in_use = _in_use(fd, path)
-        os.close(fd)
-        raise in_use from None
-    except OSError as exc:
-        if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
-            os.close(fd)
-            raise
-        log.warning("cannot lock %s (%s): nothing stops a second nfgate using this data dir", path, exc)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
-
-
-def _in_use(fd: int, path: Path) -> ConfigError:
-    """The error for a lock file ``path`` (open as ``fd``) another process holds,
-    naming its pid as written in the file."""
-    holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-    return ConfigError(f"the job store {path.parent} is in use by another nfgate (pid {holder})")
-
-
-def lock_path(db: Path) -> Path:
-    """The lock file of the job store at ``db``."""
-    return Path(f"{db}.lock")
-
-
-def check_unlocked(path: Path) -> None:
-    """Raise the :class:`ConfigError` :class:`JobStore` would, naming the holder's pid,
-    when another process holds the store's lock file ``path``; else return at once.
-
-    Why: ``nfgate serve`` binds its metrics port before it opens the store, so a second
-    gateway on the same configuration would report that port in use, not the data dir
-    it shares with the first. This check, made first, names the real cause. The lock is
-    taken again, for good, when the store opens (a gateway started in between is
-    refused there)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # no lock file yet (a new data dir), or unreadable: the store says
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise _in_use(fd, path) from None
-    except OSError:  # no locks on this file system: the store logs it
-        pass
-    finally:
-        os.close(fd)  # releases the lock, if taken
-
-
 class JobStore:
     """SQLite-backed job records. One instance per process; not thread-safe by design
     (the gateway has one event-loop thread).
@@ -245,7 +183,7 @@ class JobStore:
             # An existing dir or file keeps the mode its owner gave it.
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
-            self._lock_fd = _lock(lock_path(self.path))
+            self._lock_fd = take_lock(lock_path(self.path))
             # check_same_thread off: the store is used by one thread at a time, but that
             # thread (the gateway loop) need not be the one that opened it.
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)

@@ -21,7 +21,6 @@ and the beacon, ``nfgate.codecs.dbp`` for the wire, and the tables in
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import OrderedDict, deque
@@ -36,7 +35,6 @@ from nfgate.codecs.dbp import Registration as DbpRegistration
 from nfgate.codecs.dbp import Reply as DbpReply
 from nfgate.codecs.dbp import Update as DbpUpdate
 from nfgate.codecs.dbp.session import (
-    MAX_HEARTBEAT_MS,
     Action,
     Beat,
     BeatAction,
@@ -45,7 +43,6 @@ from nfgate.codecs.dbp.session import (
     PeerState,
     apply_update,
     check_registration,
-    heartbeat_ms,
     parse_reply,
     request_envelope,
     step,
@@ -54,7 +51,7 @@ from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, WireCo
 from nfgate.edges.dbp_beacon import beacon_socket
 from nfgate.edges.dbp_catalog import ServiceCache, answer
 from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, option_address
-from nfgate.edges.dbp_service import Service, udp_target
+from nfgate.edges.dbp_service import Service
 from nfgate.errors import DecodeError, EncodeError, TransportError
 from nfgate.model import Catalog, Command, Heartbeat, Lookup, Register, Reply, Unregister
 from nfgate.routing_types import Abort, Accepted, Dispatch, Evict, Output
@@ -317,7 +314,8 @@ class DbpEdge(RouterEdge):
             self._send(holder, wire.Disconnect(time=time.time()), taken.dialect)
             self._forget(taken, out, "its name was registered from another connection")
         svc = Service(address, name, info, dialect)
-        changes = self._configure(svc, now)
+        changes = svc.configure(now, udp=self.udp is not None)
+        self._dirty = True
         self._services[address] = svc
         self._by_name[name] = address
         self.note_connection(address)
@@ -326,31 +324,6 @@ class DbpEdge(RouterEdge):
         self._send(address, wire.Approved(time=time.time(), changes=changes), dialect)
         if svc.function:
             out.append(self._register_command(svc))
-
-    def _configure(self, svc: Service, now: int) -> tuple[bytes, ...]:
-        """Derive the worker role, heartbeat path and interval from ``svc.info``; returns
-        the APPROVED configuration changes (the interval when the broker adjusted it)."""
-        info = svc.info
-        if svc.dialect == "hermes":
-            return ()
-        function = info.get("function")
-        svc.function = function if isinstance(function, str) and info.get("worker", True) is not False else ""
-        svc.udp_to = udp_target(info)
-        seconds = info["heartbeat"]  # approved: a finite positive number, of any size
-        interval = heartbeat_ms(seconds)
-        mode = Mode.UDP if svc.udp_to is not None and self.udp is not None else Mode.ZMQ
-        if svc.beats is None:
-            svc.beats = Liveness(mode=mode, interval_ms=interval, heard_ms=now, send_ms=now + interval)
-        elif svc.beats.interval_ms != interval:
-            svc.beats = Liveness(
-                mode=svc.beats.mode, interval_ms=interval, heard_ms=now, send_ms=now + interval
-            )
-        self._dirty = True
-        # The service is told the interval when the broker adjusted it (min() first: a
-        # huge approved heartbeat would overflow round()).
-        if interval != round(min(seconds, MAX_HEARTBEAT_MS) * 1000):
-            return (json.dumps({"heartbeat": interval / 1000}).encode(),)
-        return ()
 
     def _register_command(self, svc: Service) -> Register:
         return Register(
@@ -372,7 +345,8 @@ class DbpEdge(RouterEdge):
             return
         function = svc.function
         svc.info = merged
-        changes = self._configure(svc, now)
+        changes = svc.configure(now, udp=self.udp is not None)
+        self._dirty = True
         self.cache.put(svc.name, merged)
         self.counters["updated"] += 1
         if svc.dialect == "hermes":  # Hermes acknowledges an UPDATE with u.u

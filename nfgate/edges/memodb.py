@@ -45,6 +45,7 @@ from nfgate.codecs.memodb.messages import Disconnect, Job, Ready, Result
 from nfgate.codecs.memodb.messages import Heartbeat as MemoHeartbeat
 from nfgate.codecs.memodb.session import Action, WorkerState, dialect_of, input_of, step
 from nfgate.edges import BeatCounts, Edge, EdgeSettings, WireCounts, WorkerAccess
+from nfgate.edges.memodb_peers import MemodbClient, MemodbWorker
 from nfgate.errors import ConfigError, DecodeError, EncodeError
 from nfgate.model import Cancel, Command, Heartbeat, Peer, Register, Reply, Request, Status, Unregister
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
@@ -61,46 +62,6 @@ _QUIET_MAX = 4  # quiet loop iterations before posted receives are withdrawn
 _POST_MAX = 64  # receives kept posted at most (transports/nng.py, RepEndpoint.post)
 _BURST = 8  # requests read in one loop iteration that make posting receives worth it
 _ID_SPACE = 2**32  # bcdb: "typedef uint32_t WorkerID", sent as 4 raw bytes
-
-
-class _Client:
-    __slots__ = ("core_id", "dialect", "echo", "pipe")
-
-    def __init__(self, echo: bytes, dialect: str, pipe: int) -> None:
-        self.echo = echo  # the ID its JOB carried (empty from a spec client), sent back
-        self.dialect = dialect
-        self.pipe = pipe
-        self.core_id = 0  # known once the core accepted the request
-
-
-class _Worker:
-    __slots__ = (
-        "aborted",
-        "beats_heard",
-        "beats_sent",
-        "ctx",
-        "dialect",
-        "id",
-        "job",
-        "name",
-        "peer",
-        "pending",
-        "pipe",
-        "state",
-    )
-
-    def __init__(self, wid: bytes, peer: Peer, name: str, dialect: str, pipe: int) -> None:
-        self.id = wid
-        self.peer = peer
-        self.name = name
-        self.dialect = dialect
-        self.pipe = pipe  # the connection its last message came on
-        self.state = WorkerState.NONE
-        self.ctx: int | None = None  # transport key of the held request
-        self.job: int | None = None  # core id of the JOB it works on
-        self.aborted = False  # that job was cancelled by its client (NFP DELETE)
-        self.pending: Request | None = None  # a job waiting for the worker's next request
-        self.beats_sent = self.beats_heard = 0  # HEARTBEATs answered and received (show_workers)
 
 
 class MemodbEdge(Edge):
@@ -157,12 +118,12 @@ class MemodbEdge(Edge):
             send_timeout_ms=int(opts.get("send_timeout_ms", 30_000)),  # type: ignore[call-overload]
             tls=tls,
         )
-        self._workers: dict[bytes, _Worker] = {}
+        self._workers: dict[bytes, MemodbWorker] = {}
         self._idle: OrderedDict[bytes, int] = OrderedDict()  # held long-polls: id -> since
         self._busy: OrderedDict[bytes, int] = OrderedDict()  # working: id -> last keep-alive
         self._deadlines: list[tuple[int, int, bytes, int]] = []  # (due, seq, worker id, core id)
         self._seq = 0
-        self._clients: dict[int, _Client] = {}  # transport key of a client's JOB -> its record
+        self._clients: dict[int, MemodbClient] = {}  # transport key of a client's JOB -> its record
         self._client_pipes: dict[int, set[int]] = {}  # connection -> keys of its clients' JOBs
         self._per_peer = int(opts.get("max_contexts_per_peer", 1024))  # type: ignore[call-overload]
         self._worker_pipes: dict[int, set[bytes]] = {}  # connection -> IDs of its workers
@@ -311,7 +272,7 @@ class MemodbEdge(Edge):
             self.bad_input(client, "peer_limit", f"{self._per_peer} JOBs held for this connection")
             self.transport.drop(key)
             return
-        self._clients[key] = _Client(job.id, dialect_of(job), pipe)
+        self._clients[key] = MemodbClient(job.id, dialect_of(job), pipe)
         self._client_pipes.setdefault(pipe, set()).add(key)
         out.append(
             Request(
@@ -325,7 +286,7 @@ class MemodbEdge(Edge):
 
     def _register(self, key: int, pipe: int, ready: Ready, now: int, out: list[Command]) -> None:
         wid = self._new_id()
-        worker = _Worker(wid, self.peer(wid), f"{self.name}-{wid.hex()}", dialect_of(ready), pipe)
+        worker = MemodbWorker(wid, self.peer(wid), f"{self.name}-{wid.hex()}", dialect_of(ready), pipe)
         self._workers[wid] = worker
         self._worker_pipes.setdefault(pipe, set()).add(wid)
         # ServiceRef needs a name: empty names (the spec dialect lets them through) and
@@ -348,7 +309,7 @@ class MemodbEdge(Edge):
                 return wid
         raise RuntimeError("no free worker ID")  # pragma: no cover - 2**32 workers
 
-    def _hold(self, worker: _Worker, key: int, now: int, out: list[Command]) -> None:
+    def _hold(self, worker: MemodbWorker, key: int, now: int, out: list[Command]) -> None:
         """Keep the worker's request until a job comes or the interval passes."""
         worker.ctx = key
         worker.state = WorkerState.IDLE
@@ -361,25 +322,25 @@ class MemodbEdge(Edge):
         self._idle[worker.id] = now
         self._idle.move_to_end(worker.id)
 
-    def _leave(self, worker: _Worker, key: int, reason: str, out: list[Command]) -> None:
+    def _leave(self, worker: MemodbWorker, key: int, reason: str, out: list[Command]) -> None:
         self.counters["workers_left"] += 1
         self._forget(worker)
         out.append(Unregister(peer=worker.peer, reason=reason))
         self._answer(key, Disconnect(id=worker.id), worker.dialect)
 
-    def _move(self, worker: _Worker, pipe: int) -> None:
+    def _move(self, worker: MemodbWorker, pipe: int) -> None:
         self._unindex(worker)
         worker.pipe = pipe
         self._worker_pipes.setdefault(pipe, set()).add(worker.id)
 
-    def _unindex(self, worker: _Worker) -> None:
+    def _unindex(self, worker: MemodbWorker) -> None:
         ids = self._worker_pipes.get(worker.pipe)
         if ids is not None:
             ids.discard(worker.id)
             if not ids:
                 del self._worker_pipes[worker.pipe]
 
-    def _forget(self, worker: _Worker) -> None:
+    def _forget(self, worker: MemodbWorker) -> None:
         self._workers.pop(worker.id, None)
         self._unindex(worker)
         self._idle.pop(worker.id, None)
@@ -446,7 +407,7 @@ class MemodbEdge(Edge):
         self._forget(worker)
         return [Unregister(peer=worker.peer, reason="given a job while working on another")]
 
-    def _send_job(self, worker: _Worker, request: Request, now: int) -> list[Command]:
+    def _send_job(self, worker: MemodbWorker, request: Request, now: int) -> list[Command]:
         timeout = request.timeout_ms or self.job_timeout_ms
         key = worker.ctx
         try:
