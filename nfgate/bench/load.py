@@ -43,6 +43,58 @@ HELLO_TIMEOUT_S = 10.0
 DRAIN_S = 3.0  # after the window: how long replies still outstanding may take
 
 
+class RunClock:
+    """The clock of one load run: ``warmup`` seconds of load, then ``duration`` measured
+    seconds (the broker process ``proc``'s CPU and RSS read at both ends, when given),
+    then up to :data:`DRAIN_S` for the replies still outstanding. The drivers call
+    :meth:`advance` at the top of every turn and read :attr:`sending` and
+    :attr:`measuring`."""
+
+    def __init__(self, warmup: float, duration: float, proc: Any, clock: Any = time.perf_counter) -> None:
+        start = clock()
+        self.measure_at, self.end_at = start + warmup, start + warmup + duration
+        self.drain_until = self.end_at + DRAIN_S
+        self.measuring, self.sending = False, True
+        self.start = self.end = 0.0  # the measured window, in clock seconds
+        self.cpu = 0.0  # seconds of CPU the broker spent in the window
+        self.rss = 0  # the broker's RSS at the window's end
+        self._proc = proc
+
+    def _cpu(self) -> float:
+        t = self._proc.cpu_times()
+        return float(t.user + t.system)
+
+    def advance(self, now: float) -> None:
+        """Open or close the measured window if ``now`` says so."""
+        if not self.sending:
+            return
+        if not self.measuring and now >= self.measure_at:
+            self.measuring, self.start = True, now
+            if self._proc is not None:
+                self.cpu = -self._cpu()
+        elif self.measuring and now >= self.end_at:
+            self.end = now
+            if self._proc is not None:
+                self.cpu += self._cpu()
+                self.rss = self._proc.memory_info().rss
+            self.measuring = self.sending = False
+
+    def over(self, now: float, idle: bool) -> bool:
+        """True once the load stopped and nothing is outstanding (``idle``) or the drain ran out."""
+        return not self.sending and (idle or now >= self.drain_until)
+
+    def wait_ms(self, now: float) -> int:
+        """How long a poll may wait: until the window's next edge, 50 ms at most."""
+        edge = (
+            self.measure_at
+            if self.sending and not self.measuring
+            else self.end_at
+            if self.sending
+            else self.drain_until
+        )
+        return max(0, min(50, int((edge - now) * 1000) + 1))
+
+
 def recv_frames(sock: zmq.Socket[bytes]) -> list[bytes]:
     """One waiting message; raises zmq.Again when there is none."""
     # Frames tell whether more parts follow without getsockopt(RCVMORE) (see
@@ -251,37 +303,18 @@ def _drive(
     acked: set[bytes] = set()
     wants_ack = dialect.acknowledged
     latencies: list[int] = []
-    start = clock()
-    measure_at, end_at = start + warmup, start + warmup + duration
-    measuring, sending = False, True
+    run_clock = RunClock(warmup, duration, proc, clock)
     measured = 0
-    window_start = window_end = 0.0
-    cpu0 = cpu1 = 0.0
-    rss = 0
     for i in range(len(socks)):
         for _ in range(window):
             fire(i)
-    drain_until = end_at + DRAIN_S
     while True:
         now = clock()
-        if sending:
-            if not measuring and now >= measure_at:
-                measuring = True
-                window_start = now
-                if proc is not None:
-                    t = proc.cpu_times()
-                    cpu0 = t.user + t.system
-            elif measuring and now >= end_at:
-                window_end = now
-                if proc is not None:
-                    t = proc.cpu_times()
-                    cpu1 = t.user + t.system
-                    rss = proc.memory_info().rss
-                measuring = sending = False
-        if not sending and (now >= drain_until or not any(outstanding)):
+        run_clock.advance(now)
+        if run_clock.over(now, not any(outstanding)):
             break
-        wait = (measure_at if not measuring and sending else end_at if sending else drain_until) - now
-        for sock, _ in poller.poll(max(0, min(50, int(wait * 1000) + 1))):
+        measuring, sending = run_clock.measuring, run_clock.sending
+        for sock, _ in poller.poll(run_clock.wait_ms(now)):
             i = index[sock]
             mine = outstanding[i]
             for _ in range(1024):
@@ -315,7 +348,16 @@ def _drive(
                     fire(i)
     counts["sent"] = sum(seq)
     unanswered = sum(len(o) for o in outstanding)
-    return figures(measured, window_end - window_start, latencies, cpu1 - cpu0, rss, proc, counts, unanswered)
+    return figures(
+        measured,
+        run_clock.end - run_clock.start,
+        latencies,
+        run_clock.cpu,
+        run_clock.rss,
+        proc,
+        counts,
+        unanswered,
+    )
 
 
 def figures(

@@ -36,7 +36,7 @@ import pynng
 from pynng import ffi, lib
 
 from nfgate.bench.dialects import SERVICE, make_body, make_key
-from nfgate.bench.load import DRAIN_S, figures
+from nfgate.bench.load import RunClock, figures
 from nfgate.codecs import memodb
 from nfgate.codecs.memodb.messages import Job, Result
 
@@ -194,14 +194,8 @@ def _drive(lanes: _Lanes, warmup: float, duration: float, size: int, proc: Any) 
         keys[lane], bodies[lane], started[lane] = key, body, clock_ns()
         lanes.send(lane, head + body, msgp)
 
-    start = clock()
-    measure_at, end_at = start + warmup, start + warmup + duration
-    drain_until = end_at + DRAIN_S
-    measuring, sending = False, True
+    run_clock = RunClock(warmup, duration, proc, clock)
     measured = 0
-    window_start = window_end = 0.0
-    cpu0 = cpu1 = 0.0
-    rss = 0
     for lane in range(count):
         fire(lane)
     poller = select.poll()
@@ -209,24 +203,12 @@ def _drive(lanes: _Lanes, warmup: float, duration: float, size: int, proc: Any) 
     done, stage, aios = lanes.done, lanes.stage, lanes.aios
     while True:
         now = clock()
-        if sending:
-            if not measuring and now >= measure_at:
-                measuring, window_start = True, now
-                if proc is not None:
-                    t = proc.cpu_times()
-                    cpu0 = t.user + t.system
-            elif measuring and now >= end_at:
-                window_end = now
-                if proc is not None:
-                    t = proc.cpu_times()
-                    cpu1 = t.user + t.system
-                    rss = proc.memory_info().rss
-                measuring = sending = False
-        if not sending and (now >= drain_until or not any(k is not None for k in keys)):
+        run_clock.advance(now)
+        if run_clock.over(now, all(k is None for k in keys)):
             break
-        wait = (measure_at if not measuring and sending else end_at if sending else drain_until) - now
+        measuring, sending = run_clock.measuring, run_clock.sending
         if not done:
-            poller.poll(max(0, min(50, int(wait * 1000) + 1)))
+            poller.poll(run_clock.wait_ms(now))
         with contextlib.suppress(OSError):
             os.read(lanes.wake_r, 65536)
         while done:
@@ -264,4 +246,13 @@ def _drive(lanes: _Lanes, warmup: float, duration: float, size: int, proc: Any) 
                 fire(lane)
     counts["sent"] = sum(seq)
     unanswered = sum(k is not None for k in keys)
-    return figures(measured, window_end - window_start, latencies, cpu1 - cpu0, rss, proc, counts, unanswered)
+    return figures(
+        measured,
+        run_clock.end - run_clock.start,
+        latencies,
+        run_clock.cpu,
+        run_clock.rss,
+        proc,
+        counts,
+        unanswered,
+    )
