@@ -348,33 +348,18 @@ def _drive(
                     fire(i)
     counts["sent"] = sum(seq)
     unanswered = sum(len(o) for o in outstanding)
-    return figures(
-        measured,
-        run_clock.end - run_clock.start,
-        latencies,
-        run_clock.cpu,
-        run_clock.rss,
-        proc,
-        counts,
-        unanswered,
-    )
+    return figures(measured, latencies, run_clock, proc, counts, unanswered)
 
 
 def figures(
-    measured: int,
-    elapsed: float,
-    latencies: list[int],
-    cpu: float,
-    rss: int,
-    proc: Any,
-    counts: dict[str, int],
-    unanswered: int,
+    measured: int, latencies: list[int], clock: RunClock, proc: Any, counts: dict[str, int], unanswered: int
 ) -> dict[str, Any]:
     """The JSON figures of one client run (shared with :mod:`nfgate.bench.nng_load`):
-    ``latencies`` in ns (sorted here), ``cpu`` the broker's CPU seconds over the window
-    (meaningless when ``proc`` is None)."""
+    ``latencies`` in ns (sorted here), the window and the broker's CPU and RSS from
+    ``clock`` (meaningless when ``proc`` is None)."""
     latencies.sort()
-    elapsed = max(1e-9, elapsed)
+    elapsed = max(1e-9, clock.end - clock.start)
+    cpu, rss = clock.cpu, clock.rss
     return {
         "requests": measured,
         "seconds": round(elapsed, 3),

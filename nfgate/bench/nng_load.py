@@ -246,13 +246,4 @@ def _drive(lanes: _Lanes, warmup: float, duration: float, size: int, proc: Any) 
                 fire(lane)
     counts["sent"] = sum(seq)
     unanswered = sum(k is not None for k in keys)
-    return figures(
-        measured,
-        run_clock.end - run_clock.start,
-        latencies,
-        run_clock.cpu,
-        run_clock.rss,
-        proc,
-        counts,
-        unanswered,
-    )
+    return figures(measured, latencies, run_clock, proc, counts, unanswered)
