@@ -99,7 +99,9 @@ def build(
                 secured = f" (CURVE, server public key {key})" if key else ""
                 bound.append(f"{name} edge ({ec.kind}) listening on {edge.endpoint}{secured}")
             else:
-                bound.append(f"{name} edge ({ec.kind}) started")
+                key = getattr(edge, "curve_client_key", "")
+                secured = f" (CURVE client, public key {key})" if key else ""
+                bound.append(f"{name} edge ({ec.kind}) started{secured}")
     except BaseException:  # a bug too: the edges bound so far must not hold the exit
         for edge in edges:
             edge.close()

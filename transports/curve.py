@@ -33,7 +33,18 @@ from zmq.utils import z85
 
 from nfgate.errors import ConfigError
 
-__all__ = ["Curve", "Guard", "enable_server", "load_server_keys", "stop_authenticators"]
+__all__ = [
+    "ClientCurve",
+    "Curve",
+    "Guard",
+    "client_keys",
+    "enable_client",
+    "enable_server",
+    "is_z85_key",
+    "load_server_keys",
+    "read_public_key",
+    "stop_authenticators",
+]
 
 log = logging.getLogger("nfgate.transports.curve")
 
@@ -70,7 +81,7 @@ def load_server_keys(secret_file: Path, allow: Path | None = None) -> Curve:
             f"config: curve_secret_key: {secret_file} holds no secret key (use the .key_secret file)"
         )
     for which, key in (("public", public), ("secret", secret)):
-        if not _is_z85_key(key):
+        if not is_z85_key(key):
             # libzmq refuses such a key only at setsockopt, once other edges have bound.
             raise ConfigError(
                 f"config: curve_secret_key: the {which} key in {secret_file} is not a CURVE key "
@@ -78,6 +89,76 @@ def load_server_keys(secret_file: Path, allow: Path | None = None) -> Curve:
             )
     allowed = None if allow is None else _load_allow(allow)
     return Curve(public_key=public, secret_key=secret, allow=allow, allowed=allowed)
+
+
+@attrs.frozen(kw_only=True)
+class ClientCurve:
+    """A CURVE client's keys: the server's public key (whom it trusts) and its own pair
+    (Z85 text as bytes)."""
+
+    server_key: bytes
+    public_key: bytes
+    secret_key: bytes = attrs.field(repr=False)
+
+
+def read_public_key(value: str, what: str) -> bytes:
+    """A CURVE public key given as its 40 Z85 characters or as a ZeroMQ certificate file
+    (a public ``.key`` or a ``.key_secret``: NorFab's clients read the broker's
+    ``public_keys/broker.key``).
+
+    Raises:
+        ConfigError: starting with ``what`` (the option's name), when ``value`` is neither
+            a Z85 key nor a readable certificate file with a CURVE public key.
+    """
+    if is_z85_key(value.encode("ascii", "replace")):
+        return value.encode("ascii")
+    try:
+        public, _ = zmq.auth.load_certificate(Path(value))
+    except OSError as exc:
+        raise ConfigError(
+            f"{what}: {value!r} is neither a CURVE key (40 Z85 characters) nor a readable certificate file ({_why(exc)})"
+        ) from None
+    except ValueError:  # no public-key line, or no file at all (pyzmq says "Invalid certificate file")
+        public = None
+    if public is None or not is_z85_key(public):
+        raise ConfigError(
+            f"{what}: {value!r} is neither a CURVE key (40 Z85 characters) nor a certificate file holding one"
+        )
+    return public
+
+
+def client_keys(server_key: str, secret_file: Path | None, what: tuple[str, str]) -> ClientCurve:
+    """A :class:`ClientCurve` trusting ``server_key`` (see :func:`read_public_key`), with
+    the key pair of the secret certificate ``secret_file``, or one made now (enough for a
+    server that takes any client key, as NorFab's does). ``what``: the two options' names,
+    for the messages.
+
+    Raises:
+        ConfigError: a key that cannot be read (naming the option).
+    """
+    trusted = read_public_key(server_key, what[0])
+    if secret_file is None:
+        public, secret = zmq.curve_keypair()
+        return ClientCurve(server_key=trusted, public_key=public, secret_key=secret)
+    try:
+        mine, own_secret = zmq.auth.load_certificate(secret_file)
+    except (OSError, ValueError) as exc:
+        why = _why(exc) if isinstance(exc, OSError) else str(exc)
+        raise ConfigError(f"{what[1]}: cannot read {secret_file}: {why}") from None
+    if mine is None or own_secret is None or not (is_z85_key(mine) and is_z85_key(own_secret)):
+        raise ConfigError(
+            f"{what[1]}: {secret_file} holds no CURVE key pair (a ZeroMQ secret certificate, "
+            "the .key_secret file, is needed)"
+        )
+    return ClientCurve(server_key=trusted, public_key=mine, secret_key=own_secret)
+
+
+def enable_client(sock: zmq.Socket[bytes], curve: ClientCurve) -> None:
+    """Make ``sock``'s next connections CURVE clients (call before connect: libzmq takes
+    the security options of each connection as they are when it is made)."""
+    sock.curve_serverkey = curve.server_key
+    sock.curve_publickey = curve.public_key
+    sock.curve_secretkey = curve.secret_key
 
 
 def _load_allow(folder: Path) -> frozenset[bytes]:
@@ -98,7 +179,7 @@ def _load_allow(folder: Path) -> frozenset[bytes]:
             raise ConfigError(f"config: curve_allow: cannot read {path}: {_why(exc)}") from None
         except ValueError:  # no public-key line
             public = None
-        if public is None or not _is_z85_key(public):
+        if public is None or not is_z85_key(public):
             raise ConfigError(
                 f"config: curve_allow: {path} holds no CURVE public key (a public-key line of "
                 "40 Z85 characters)"
@@ -115,7 +196,8 @@ def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)  # strerror: without the file name, already in the message
 
 
-def _is_z85_key(key: bytes | None) -> bool:
+def is_z85_key(key: bytes | None) -> bool:
+    """True when ``key`` is a CURVE key as Z85 text: 40 characters that decode to 32 bytes."""
     if key is None or len(key) != 40:
         return False
     try:

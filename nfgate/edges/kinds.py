@@ -19,7 +19,7 @@ import attrs
 
 from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, address_option
 from nfgate.edges.memodb_options import MEMODB_OPTIONS
-from nfgate.edges.options import int_option, path_option
+from nfgate.edges.options import curve_key_option, int_option, path_option
 from nfgate.edges.sada_options import DIALECT_CHOICES, IDENTITY_FORMS, choice_option, text_option
 from nfgate.errors import ConfigError
 
@@ -145,6 +145,7 @@ KINDS: dict[str, EdgeKind] = {
                 "dialect": (choice_option(DIALECT_CHOICES), "auto"),
                 "request_timeout_ms": (int_option(0), 0),
                 "server_capacity": (int_option(1), 8),
+                **CURVE_OPTIONS,
             },
             summary="SADA channel (spec and PIRAN dialects)",
         ),
@@ -158,6 +159,10 @@ KINDS: dict[str, EdgeKind] = {
                 "dialect": (choice_option(DIALECT_CHOICES), "auto"),
                 "request_timeout_ms": (int_option(0), 0),
                 "refresh_ms": (int_option(1), 1000),
+                # CURVE as a client: the channels' public key (Z85, or a certificate file)
+                # and the edge's own secret certificate (default: a pair made at start).
+                "curve_server_key": (curve_key_option, None),
+                "curve_secret_key": (path_option, None),
             },
             summary="SADA server (connects to the configured channels)",
         ),

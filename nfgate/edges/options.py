@@ -11,7 +11,7 @@ from pathlib import Path
 
 from nfgate.errors import ConfigError
 
-__all__ = ["INT_MAX", "checked_int", "int_option", "path_option"]
+__all__ = ["INT_MAX", "checked_int", "curve_key_option", "int_option", "path_option"]
 
 INT_MAX = 2**31 - 1
 """The largest integer a key takes unless it says otherwise: the values end up in C ints
@@ -43,3 +43,17 @@ def path_option(value: object, where: str, base: Path) -> Path | None:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"config: {where} must be a non-empty path string")
     return base / Path(value).expanduser()
+
+
+def curve_key_option(value: object, where: str, base: Path) -> bytes | None:
+    """A CURVE public key: its 40 Z85 characters, or a ZeroMQ certificate file (relative
+    to the config file's folder) holding one, read now."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"config: {where} must be a CURVE key (40 Z85 characters) or a certificate file")
+    from nfgate.transports.curve import is_z85_key, read_public_key  # pyzmq: only for CURVE configs
+
+    if is_z85_key(value.encode("ascii", "replace")):
+        return value.encode("ascii")
+    return read_public_key(str(base / Path(value).expanduser()), f"config: {where}")

@@ -15,7 +15,7 @@ from nfgate.codecs._base import Message
 from nfgate.edges.base import MAX_DROPPED, Edge, EdgeSettings, WireCodec, WireCounts, WorkerAccess
 from nfgate.errors import ConfigError, DecodeError
 from nfgate.model import Command, Peer
-from nfgate.transports.curve import load_server_keys
+from nfgate.transports.curve import Curve, load_server_keys
 from nfgate.transports.zmq import RouterEndpoint, identity_lasts
 
 log = logging.getLogger("nfgate.edge")
@@ -66,6 +66,20 @@ class Decoding:
         protocol has an answer for that."""
 
 
+def server_curve(settings: EdgeSettings) -> Curve | None:
+    """The CURVE server keys (and client allow-list) an edge's options name
+    (``curve_secret_key``, ``curve_allow``), or None for no CURVE; warns when the secret
+    key file is readable by other users. Raises :class:`ConfigError` naming the key."""
+    secret = settings.options.get("curve_secret_key")
+    allow = settings.options.get("curve_allow")
+    curve = load_server_keys(secret, allow) if isinstance(secret, Path) else None  # type: ignore[arg-type]
+    if curve is None and allow is not None:
+        raise ConfigError(f"config: edges.{settings.protocol}.curve_allow needs curve_secret_key")
+    if isinstance(secret, Path):
+        _warn_if_others_read(settings.name, secret)
+    return curve
+
+
 def _warn_if_others_read(edge: str, secret: Path) -> None:
     # Not an error: the key is the operator's, and NorFab's own key files are 0644. But a
     # secret key other users can read lets them pose as this broker to every peer.
@@ -110,14 +124,8 @@ class RouterEdge(Edge, Decoding):
 
     def __init__(self, settings: EdgeSettings) -> None:
         super().__init__(settings)
-        secret = settings.options.get("curve_secret_key")
-        allow = settings.options.get("curve_allow")
-        curve = load_server_keys(secret, allow) if isinstance(secret, Path) else None  # type: ignore[arg-type]
-        if curve is None and allow is not None:
-            raise ConfigError(f"config: edges.{settings.protocol}.curve_allow needs curve_secret_key")
+        curve = server_curve(settings)
         self.curve_public_key = curve.public_key.decode() if curve is not None else ""
-        if isinstance(secret, Path):
-            _warn_if_others_read(settings.name, secret)
         self.transport = RouterEndpoint(
             settings.context, settings.url, settings.limits, curve=curve, domain=settings.name
         )

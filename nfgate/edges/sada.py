@@ -42,6 +42,7 @@ from nfgate.codecs._base import Message
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.codecs.sada.session import Action, ChannelState, channel_step, piran_evidence, request_id
 from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, forget_oldest, peer_label
+from nfgate.edges.router_edge import server_curve
 from nfgate.edges.sada_common import (
     DEFAULT_PROTO,
     WireCache,
@@ -128,7 +129,11 @@ class SadaChannelEdge(RouterEdge):
             ) from None
         self.identity = identity
         self._rid_prefix = identity.decode("utf-8", "replace") + "/"
-        self.transport = sada_router(settings.context, url, settings.limits, identity=identity)
+        curve = server_curve(settings)
+        self.curve_public_key = curve.public_key.decode() if curve is not None else ""
+        self.transport = sada_router(
+            settings.context, url, settings.limits, identity=identity, curve=curve, domain=settings.name
+        )
         self.transport.on_dropped = self.dropped
         heartbeat = cast("tuple[int, int]", opts.get("heartbeat", (5000, 3)))
         self._interval = heartbeat[0]

@@ -15,6 +15,7 @@ from nfgate.codecs.sada import payload as msgpack_payload
 from nfgate.codecs.sada.messages import PROTO_ASCII, Rep
 from nfgate.errors import TransportError
 from nfgate.model import Action, ServiceRef, Status
+from nfgate.transports.curve import Curve
 from nfgate.transports.zmq import Limits, RouterEndpoint, allow_ipv6
 
 if TYPE_CHECKING:
@@ -58,12 +59,20 @@ class _Preset:
 
 
 def sada_router(
-    context: zmq.Context[zmq.Socket[bytes]], url: str, limits: Limits, *, identity: bytes | None = None
+    context: zmq.Context[zmq.Socket[bytes]],
+    url: str,
+    limits: Limits,
+    *,
+    identity: bytes | None = None,
+    curve: Curve | None = None,
+    domain: str = "",
 ) -> RouterEndpoint:
     """A :class:`RouterEndpoint` bound to ``url`` whose ROUTER identity is ``identity``
-    (a channel's public endpoint). Raises :class:`TransportError` when it cannot bind."""
+    (a channel's public endpoint), a CURVE server under ZAP domain ``domain`` when
+    ``curve`` is given. Raises :class:`TransportError` when it cannot bind."""
     options: dict[int, bytes] = {int(zmq.ROUTING_ID): identity} if identity else {}
-    return RouterEndpoint(cast("zmq.Context[zmq.Socket[bytes]]", _Preset(context, options)), url, limits)
+    preset = cast("zmq.Context[zmq.Socket[bytes]]", _Preset(context, options))
+    return RouterEndpoint(preset, url, limits, curve=curve, domain=domain)
 
 
 def connect(endpoint: RouterEndpoint, url: str, alias: bytes) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import ClassVar, cast
 
 import zmq
@@ -49,6 +50,7 @@ from nfgate.errors import ConfigError, EncodeError
 from nfgate.model import Command, Request
 from nfgate.routing_types import Accepted, Deliver, Output
 from nfgate.store import JobStore
+from nfgate.transports.curve import ClientCurve, client_keys, enable_client
 
 __all__ = ["SadaServerEdge", "make"]
 
@@ -67,6 +69,21 @@ class _Channel:
         # request id -> service name of each REQ not answered yet: what a drain still offers.
         self.held: dict[str, str] = {}
         self.offered: tuple[tuple[str, str], ...] = ()  # in the last INTR sent
+
+
+def _client_curve(settings: EdgeSettings) -> ClientCurve | None:
+    """The CURVE client keys the options name: ``curve_server_key``, the channels' public
+    key (parsed when the config was loaded), and ``curve_secret_key``, the edge's own
+    pair (default: one made at start). Raises :class:`ConfigError` naming the key."""
+    opts, where = settings.options, f"config: edges.{settings.protocol}"
+    server_key, secret = opts.get("curve_server_key"), opts.get("curve_secret_key")
+    if server_key is None:
+        if secret is not None:
+            raise ConfigError(f"{where}.curve_secret_key needs curve_server_key (the channels' public key)")
+        return None
+    names = (f"{where}.curve_server_key", f"{where}.curve_secret_key")
+    own = secret if isinstance(secret, Path) else None
+    return client_keys(cast("bytes", server_key).decode("ascii"), own, names)
 
 
 class SadaServerEdge(Edge, Decoding):
@@ -109,6 +126,10 @@ class SadaServerEdge(Edge, Decoding):
         inproc = f"inproc://nfgate-{settings.name}-{id(self):x}"
         self.transport = sada_router(settings.context, inproc, settings.limits)
         self.transport.on_dropped = self.dropped
+        curve = _client_curve(settings)
+        self.curve_client_key = curve.public_key.decode() if curve is not None else ""
+        if curve is not None:  # libzmq takes it for every connection made from now on
+            enable_client(self.transport.socket, curve)
         # A channel that restarts has lost our INTR, and it cannot RINTR a server that
         # set no identity (it does not know its name): re-INTR on every new connection.
         self._monitor: zmq.Socket[bytes] | None = None
