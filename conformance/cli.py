@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from nfgate.cliparams import FiniteRange, NonEmptyPath
+from nfgate.conformance.curve import load_curve
 from nfgate.conformance.model import Case, CaseResult, RunOptions
 from nfgate.conformance.registry import find_role, select
 from nfgate.conformance.report import write_reports
@@ -90,6 +91,21 @@ def _usage(message: str) -> None:
     show_default=True,
     help="spec, a deployed dialect (nfp: norfab; dcp: dagbox; memodb: bcdb; dbp: hermes; sada: piran), or auto.",
 )
+@click.option(
+    "--curve-server-key",
+    default=None,
+    metavar="KEY|FILE",
+    help="The peer's CURVE public key (40 Z85 characters, or a ZeroMQ certificate file such as "
+    "NorFab's __norfab__/files/broker/public_keys/broker.key): the suite connects as a CURVE client.",
+)
+@click.option(
+    "--curve-secret-key",
+    type=NonEmptyPath(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="The suite's own ZeroMQ secret certificate: its CURVE server keys where it binds (worker, "
+    "server roles), its client keys where it connects (default: a pair made for the run).",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the cases and exit without running them.")
 @click.option(
     "--report",
@@ -108,6 +124,8 @@ def conformance(
     timeout: float,
     heartbeat_ms: int,
     dialect: str,
+    curve_server_key: str | None,
+    curve_secret_key: Path | None,
     list_only: bool,
     report_dir: Path | None,
 ) -> None:
@@ -141,6 +159,11 @@ def conformance(
             _usage(f"cannot write the report to {report_dir}: {exc.strerror or exc}")
         if not os.access(report_dir, os.W_OK):
             _usage(f"cannot write the report to {report_dir}: not writable")
+    try:
+        curve = load_curve(curve_server_key, curve_secret_key, binds=found.binds, codec=found.codec)
+    except NfgateError as exc:
+        _usage(str(exc))
+        return
     options = RunOptions(
         protocol=found.protocol,
         role=found.role,
@@ -149,6 +172,7 @@ def conformance(
         timeout_s=timeout,
         heartbeat_ms=heartbeat_ms,
         strict=strict,
+        curve=curve,
     )
     colour = sys.stdout.isatty()
     done = 0
@@ -160,6 +184,12 @@ def conformance(
 
     where = "binding" if found.binds else "connecting to"
     click.echo(f"nfgate conformance: {found.protocol}/{found.role}, {len(cases)} case(s), {where} {endpoint}")
+    if curve is not None:
+        if curve.client is None:
+            secured = f"as a CURVE server, public key {curve.public_key.decode()} (for the peer under test)"
+        else:
+            secured = f"as a CURVE client of {curve.client.server_key.decode()}"
+        click.echo(f"nfgate conformance: CURVE on: {secured}")
     try:
         report = run(
             found, options, cases, show, announce=lambda text: click.echo(f"nfgate conformance: {text}")

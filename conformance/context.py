@@ -19,6 +19,7 @@ import attrs
 import zmq
 
 from nfgate.codecs._base import Codec, Message
+from nfgate.conformance.curve import connect_secured
 from nfgate.conformance.model import Clause, FrameRecord, RunOptions
 from nfgate.errors import DecodeError, NfgateError
 
@@ -240,7 +241,7 @@ class CaseContext:
         sock.setsockopt(zmq.LINGER, 0)
         if identity is not None:
             sock.setsockopt(zmq.IDENTITY, identity)
-        sock.connect(self.options.endpoint)
+        connect_secured(sock, self.options.endpoint, self.options.curve)
         self._sockets.append(sock)
         return Dealer(self, sock, label)
 
@@ -336,15 +337,32 @@ class Dealer:
         self.held.append(got)
 
     def send(self, message: Message | list[bytes], note: str = "") -> None:
-        """Send a message (encoded in the run's dialect) or raw frames (malformed input)."""
+        """Send a message (encoded in the run's dialect) or raw frames (malformed input).
+        Raises :class:`NoAnswer` when no connection to the peer takes it within the run's
+        ``--timeout``."""
         if isinstance(message, Message):
             frames = self.ctx.wire.encode(message)
             text = repr(message)
         else:
             frames = list(message)
             text = note or self.ctx.wire.decode(frames)[1]
-        self.ctx.record("sent", self.label, frames, text)
-        self.sock.send_multipart(frames)
+        # Never a blocking send: a DEALER with no connection to send on (a peer that
+        # accepts TCP but never completes the ZeroMQ handshake, such as a CURVE server
+        # the suite reaches without --curve-server-key) would block the run for ever.
+        limit = self.ctx.wait_s(None)
+        end = time.monotonic() + limit
+        for _ in range(1_000_000):  # bounded: every pass waits up to SLICE_S
+            try:
+                self.sock.send_multipart(frames, zmq.NOBLOCK)
+            except zmq.Again:
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                self.sock.poll(int(min(left, SLICE_S) * 1000) + 1, zmq.POLLOUT)
+                continue
+            self.ctx.record("sent", self.label, frames, text)
+            return
+        raise NoAnswer(f"connection to the peer to send on ({self.label} socket)", limit)
 
     def read(self, ctx: CaseContext) -> Received | None:
         if self.held:

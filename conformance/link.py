@@ -15,6 +15,7 @@ import zmq
 
 from nfgate.codecs._base import Message
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, Source
+from nfgate.conformance.curve import bind_secured
 from nfgate.conformance.model import Clause
 from nfgate.conformance.registry import Session
 from nfgate.edges import peer_label
@@ -106,7 +107,7 @@ class RouterLink(Watched):
         if url.endswith(":0"):  # libzmq spells "any free port" as ":*"
             url = url[:-2] + ":*"
         try:
-            sock.bind(url)
+            bind_secured(sock, url, session.options.curve)
         except zmq.ZMQError as exc:
             sock.close(0)
             raise TransportError(f"cannot bind {session.options.endpoint}: {exc.strerror}") from None

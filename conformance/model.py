@@ -14,6 +14,7 @@ import attrs
 
 if TYPE_CHECKING:
     from nfgate.conformance.context import CaseContext
+    from nfgate.conformance.curve import SuiteCurve
 
 __all__ = [
     "Case",
@@ -143,6 +144,7 @@ class RunOptions:
     heartbeat_ms: int = 2500  # the agreed heartbeat interval
     liveness: int = 6  # intervals of silence before a peer counts as gone (NorFab: 6)
     strict: bool = False
+    curve: SuiteCurve | None = None  # CURVE on the suite's sockets (conformance/curve.py)
 
 
 @attrs.frozen(kw_only=True)

@@ -18,6 +18,7 @@ import zmq
 
 from nfgate import __version__
 from nfgate.conformance.context import CaseContext, Info, NoAnswer, Skipped, Violation
+from nfgate.conformance.curve import handshake_problem
 from nfgate.conformance.model import (
     Case,
     CaseResult,
@@ -56,11 +57,14 @@ def open_session(role: Role, options: RunOptions, announce: Callable[[str], None
     session = Session(role, options, chosen, announce)
     try:
         if not role.binds:
-            _check_address(role, options.endpoint, session.context)
+            _check_address(role, options, session.context)
         if role.setup is not None:
             role.setup(session)
         if options.dialect == "auto" and role.detect is not None:
-            dialect = role.detect(session)
+            try:
+                dialect = role.detect(session)
+            except NoAnswer:  # nothing to tell the dialect by: the cases report the silence
+                dialect = chosen
             session.dialect = dialect
             session.wire = type(session.wire)(codec=session.wire.codec, dialect=dialect)
     except BaseException:
@@ -69,11 +73,13 @@ def open_session(role: Role, options: RunOptions, announce: Callable[[str], None
     return session
 
 
-def _check_address(role: Role, endpoint: str, context: zmq.Context[zmq.Socket[bytes]]) -> None:
+def _check_address(role: Role, options: RunOptions, context: zmq.Context[zmq.Socket[bytes]]) -> None:
     """A role that connects to the peer: an address no socket can connect to (``notaurl``,
-    ``tcp://host`` without a port) is the user's mistake, found before any case runs.
+    ``tcp://host`` without a port), or a ZeroMQ peer whose handshake fails (CURVE on one
+    side only, a wrong server key), is the user's mistake, found before any case runs.
     Raises :class:`TransportError`. A reachable-looking address that nobody answers is
     the peer's business: the cases report it."""
+    endpoint = options.endpoint
     problem = port_problem(endpoint, connect=True)
     if problem is not None:
         raise TransportError(f"cannot connect to {endpoint}: {problem}")
@@ -93,6 +99,10 @@ def _check_address(role: Role, endpoint: str, context: zmq.Context[zmq.Socket[by
     except (zmq.ZMQError, pynng.NNGException) as exc:
         reason = exc.strerror if isinstance(exc, zmq.ZMQError) else str(exc)
         raise TransportError(f"cannot connect to {endpoint}: {reason}") from None
+    if role.codec != "memodb":
+        problem = handshake_problem(context, endpoint, options.curve, options.timeout_s)
+        if problem is not None:
+            raise TransportError(problem)
 
 
 def close_session(session: Session) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, describe
+from nfgate.conformance.curve import connect_secured
 from nfgate.conformance.model import Clause
 from nfgate.conformance.registry import Role, Session, register_role
 from nfgate.conformance.roles import _sada
@@ -84,7 +85,7 @@ def setup(session: Session) -> None:
     session.observers.append(_sada.observe)
     main = MainServer(session)
     session.state["server"] = main
-    main.peer.sock.connect(session.options.endpoint)
+    connect_secured(main.peer.sock, session.options.endpoint, session.options.curve)
     ctx = CaseContext(session=session, clause=SETUP_CLAUSE, budget_s=session.options.timeout_s + 5.0)
     try:
         session.state["channel_id"] = main.peer.reach(
@@ -115,7 +116,7 @@ def fresh(
     case's end through ``state['extra']``."""
     peer = RouterPeer(ctx.session.context, label, pong=pong)
     ctx.state.setdefault("extra", []).append(peer)
-    peer.sock.connect(ctx.options.endpoint)
+    connect_secured(peer.sock, ctx.options.endpoint, ctx.options.curve)
     peer.reach(ctx, Intr(proto=proto(ctx), services=services), identities(ctx.options.endpoint), ctx.wait_s())
     return peer
 
@@ -266,7 +267,7 @@ def rintr_unknown(ctx: CaseContext) -> None:
     peer = RouterPeer(ctx.session.context, "unknown server")
     ctx.state.setdefault("extra", []).append(peer)
     try:
-        peer.sock.connect(ctx.options.endpoint)
+        connect_secured(peer.sock, ctx.options.endpoint, ctx.options.curve)
         peer.reach(ctx, Pong(proto=proto(ctx)), [ident], ctx.wait_s())
         got = peer.collect(ctx, ctx.options.timeout_s, skip=("PING",))
         ctx.saw(describe(got))

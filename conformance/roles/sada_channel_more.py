@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from nfgate.codecs.sada.messages import Req
 from nfgate.conformance.context import CaseContext, describe
+from nfgate.conformance.curve import connect_secured
 from nfgate.conformance.roles import _sada
 from nfgate.conformance.roles._sada import RouterPeer, clause, proto
 from nfgate.conformance.roles.sada_channel import ROLE, SERVICE, channel_id, probe, server, until
@@ -95,7 +96,7 @@ def _invalid_case(number: str, what: str) -> Callable[[CaseContext], None]:
         frames = dict((n, f) for n, _, f in _sada.invalid_inputs(proto(ctx)))[number]
         bad = RouterPeer(ctx.session.context, "sender of invalid input")
         try:
-            bad.sock.connect(ctx.options.endpoint)
+            connect_secured(bad.sock, ctx.options.endpoint, ctx.options.curve)
             ctx.expect("no crash: the channel still takes a new server afterwards")
             bad.reach(ctx, frames, [ident], ctx.wait_s(), note=f"invalid: {what}")
             answered = bad.collect(ctx, min(0.3, ctx.wait_s()), skip=("PING",))

@@ -14,6 +14,7 @@ import zmq
 from nfgate.codecs.sada import channel_identity
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, describe
+from nfgate.conformance.curve import bind_secured
 from nfgate.conformance.link import await_hello
 from nfgate.conformance.model import Clause
 from nfgate.conformance.registry import Role, Session, register_role
@@ -48,7 +49,7 @@ def bind(session: Session) -> RouterPeer:
     # A socket closed a moment ago (a channel restart) frees its port asynchronously.
     for attempt in range(BIND_TRIES):
         try:
-            peer.sock.bind(url)
+            bind_secured(peer.sock, url, session.options.curve)
             return peer
         except zmq.ZMQError as exc:
             if exc.errno != errno.EADDRINUSE or attempt == BIND_TRIES - 1:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from nfgate.conformance.curve import SuiteCurve
 from nfgate.conformance.model import RunOptions, RunReport, Verdict
 from nfgate.conformance.registry import find_role, select
 from nfgate.conformance.runner import run
@@ -43,6 +44,7 @@ def run_suite(
     timeout_s: float = 1.5,
     include: tuple[str, ...] = (),
     exclude: tuple[str, ...] = (),
+    curve: SuiteCurve | None = None,
 ) -> RunReport:
     found = find_role(protocol, role)
     options = RunOptions(
@@ -52,6 +54,7 @@ def run_suite(
         dialect=dialect,
         timeout_s=timeout_s,
         heartbeat_ms=heartbeat_ms,
+        curve=curve,
     )
     return run(found, options, select(found, include, exclude))
 

@@ -17,7 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import zmq
+import zmq.auth
 
+from nfgate.conformance.curve import load_curve
 from nfgate.conformance.model import RunReport, Verdict
 from nfgate.conformance.report import write_reports
 
@@ -43,11 +46,19 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture
-def norfab_broker(tmp_path: Path) -> Iterator[str]:
+def norfab_broker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The broker's URL; ``indirect`` param "curve": NorFab's default, CURVE on."""
     err = tmp_path / "broker.err"
+    extra = ["--zmq-auth"] if getattr(request, "param", None) == "curve" else []
     with open(err, "wb") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, str(INTEROP / "norfab_broker.py"), "--base-dir", str(tmp_path / "norfab")],
+            [
+                sys.executable,
+                str(INTEROP / "norfab_broker.py"),
+                "--base-dir",
+                str(tmp_path / "norfab"),
+                *extra,
+            ],
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             cwd=tmp_path,
@@ -172,4 +183,74 @@ def test_nfp_worker_suite_against_a_norfab_worker(tmp_path: Path) -> None:
         "NFP-WORKER-9.1",
         "NFP-WORKER-9.2",
     ):
+        assert v[case] is Verdict.PASS, f"{case}\n{log.read_text(errors='replace')[-3000:]}"
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("norfab_broker", ["curve"], indirect=True)
+def test_nfp_broker_suite_over_curve_against_norfabs_default_broker(
+    norfab_broker: str, tmp_path: Path
+) -> None:
+    """NorFab's broker with CURVE on, as it runs unless told otherwise: without its key
+    the suite says so before any case; with the public key file NorFab wrote (what its
+    own clients read) the cases run and grade it as they do with CURVE off."""
+    found = sorted((tmp_path / "norfab").rglob("public_keys/broker.key"))
+    assert found, "NorFab wrote no broker.key"
+    cli = [sys.executable, "-m", "nfgate", "conformance", "-p", "nfp", "-r", "broker", "-e", norfab_broker]
+    missing = subprocess.run(cli, capture_output=True, text=True, timeout=60, check=False)
+    assert missing.returncode == 2, missing.stdout + missing.stderr
+    assert "--curve-server-key" in missing.stderr
+    curve = load_curve(str(found[0]), None, binds=False, codec="nfp")
+    report = run_suite(
+        "nfp",
+        "broker",
+        norfab_broker,
+        "auto",
+        heartbeat_ms=NORFAB_HEARTBEAT_MS,
+        timeout_s=2.0,
+        include=("NFP-BROKER-5.*", "NFP-BROKER-3.*"),
+        curve=curve,
+    )
+    assert report.dialect == "norfab"
+    _no_suite_errors(report)
+    v = _verdicts(report)
+    assert v["NFP-BROKER-5.2"] is Verdict.PASS and v["NFP-BROKER-5.4"] is Verdict.PASS
+    assert v["NFP-BROKER-5.1"] is Verdict.FAIL  # no OPEN handshake, as with CURVE off
+    assert v["NFP-BROKER-3.2"] is Verdict.FAIL  # ASCII command frames
+
+
+@pytest.mark.timeout(200)
+def test_nfp_worker_suite_as_a_curve_broker_against_a_norfab_worker(tmp_path: Path) -> None:
+    """The suite binds as a CURVE broker (--curve-secret-key); a NorFab worker trusting
+    its public key (inventory broker.shared_key) registers and is graded."""
+    _, secret_file = zmq.auth.create_certificates(str(tmp_path), "suite")
+    curve = load_curve(None, Path(secret_file), binds=True, codec="nfp")
+    assert curve is not None
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    log = tmp_path / "worker.log"
+    args = ["worker", "--name", "nfw1", "--service", "echo", "--endpoint", endpoint]
+    args += ["--base-dir", str(tmp_path / "norfab"), f"--shared-key={curve.public_key.decode()}"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(INTEROP / "norfab_peer.py"), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+    try:
+        report = run_suite(
+            "nfp",
+            "worker",
+            endpoint,
+            "norfab",
+            heartbeat_ms=NORFAB_HEARTBEAT_MS,
+            timeout_s=3.0,
+            include=("NFP-WORKER-7.*", "NFP-WORKER-6.2"),
+            curve=curve,
+        )
+    finally:
+        _stop(proc)
+    _no_suite_errors(report)
+    v = _verdicts(report)
+    for case in ("NFP-WORKER-7.1", "NFP-WORKER-6.2"):
         assert v[case] is Verdict.PASS, f"{case}\n{log.read_text(errors='replace')[-3000:]}"

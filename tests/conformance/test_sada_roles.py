@@ -18,6 +18,7 @@ from nfgate.codecs import sada
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.conformance.model import RunReport, Verdict
 from nfgate.errors import DecodeError
+from nfgate.transports.curve import ClientCurve, enable_client
 from tests.gateway.conftest import Running, finish, start_gateway
 
 from .conftest import assert_all_pass, explain, run_suite
@@ -216,10 +217,11 @@ class ChannelClient(threading.Thread):
     """A client of nfgate's channel (the gateway takes REQ from any peer) asking for
     the suite server's service every 50 ms, so the channel sends the suite REQs."""
 
-    def __init__(self, endpoint: str, lifetime_s: float = 90.0) -> None:
+    def __init__(self, endpoint: str, lifetime_s: float = 90.0, curve: ClientCurve | None = None) -> None:
         super().__init__(daemon=True)
         self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.endpoint = endpoint
+        self.curve = curve  # CURVE client keys, for a channel that runs CURVE
         self.stopping = threading.Event()
         self.deadline = time.monotonic() + lifetime_s
         self.replies = 0
@@ -232,6 +234,8 @@ class ChannelClient(threading.Thread):
     def run(self) -> None:
         sock = self.context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        if self.curve is not None:
+            enable_client(sock, self.curve)
         sock.connect(self.endpoint)
         n = 0
         try:

@@ -6,11 +6,12 @@ implementation. It speaks the same start-up contract as ``nfgate serve`` on stde
     nfgate: nfp edge (nfp) listening on tcp://127.0.0.1:<port>
     nfgate: ready
 
-and exits 0 on SIGTERM/SIGINT. CURVE is off (``broker: {zmq_auth: false}``), the port is
+and exits 0 on SIGTERM/SIGINT. CURVE is off (``broker: {zmq_auth: false}``) unless
+``--zmq-auth`` (NorFab's default: its keys under ``<base-dir>/__norfab__``), the port is
 chosen by ZeroMQ (``tcp://127.0.0.1:*``), and NorFab's own logs go to
 ``<base-dir>/__norfab__/logs``. NorFab has no DCP edge, so no dcp line is printed.
 
-    python tests/interop/norfab_broker.py --base-dir DIR [--log-level INFO]
+    python tests/interop/norfab_broker.py --base-dir DIR [--log-level INFO] [--zmq-auth]
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-dir", required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--log-level", default="INFO")
+    # NorFab's default: CURVE on, keys written under <base-dir>/__norfab__/files/broker.
+    parser.add_argument("--zmq-auth", action="store_true")
     args = parser.parse_args(argv)
 
     import zmq
@@ -35,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.makedirs(args.base_dir, exist_ok=True)
     inventory = NorFabInventory(
-        data={"broker": {"endpoint": f"tcp://{args.host}:0", "zmq_auth": False}},
+        data={"broker": {"endpoint": f"tcp://{args.host}:0", "zmq_auth": args.zmq_auth}},
         base_dir=args.base_dir,
     )
     exit_event = threading.Event()

@@ -1,0 +1,257 @@
+"""The suite over CURVE (``--curve-server-key``, ``--curve-secret-key``), against nfgate's
+CURVE edges: the NFP, DCP and DBP brokers and the SADA channel as a CURVE client, the
+SADA server role as a CURVE server that nfgate's ``sada-server`` edge connects to; and a
+CURVE peer reached without its key, or with a wrong one, named in one line before any
+case runs (libzmq never retries a handshake that failed on the mechanism: every case
+would have waited in vain, and the first send blocked for ever).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+import zmq.auth
+
+from nfgate.codecs.dcp.messages import Ping
+from nfgate.conformance.context import CaseContext, NoAnswer
+from nfgate.conformance.curve import SuiteCurve, load_curve
+from nfgate.conformance.model import Clause, RunOptions
+from nfgate.conformance.registry import Session, find_role
+from tests.gateway.conftest import Running, finish, start_gateway
+
+from .conftest import HEARTBEAT_MS, assert_all_pass, explain, run_suite
+from .peers import TinyDcpWorker, free_port
+from .test_sada_roles import ChannelClient
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> dict[str, Path]:
+    """Two ZeroMQ certificate pairs, as NorFab and ``zmq.auth`` write them."""
+    made: dict[str, Path] = {}
+    for name in ("broker", "suite"):
+        public, secret = zmq.auth.create_certificates(str(tmp_path), name)
+        Path(secret).chmod(0o600)
+        made[name], made[f"{name}_secret"] = Path(public), Path(secret)
+    return made
+
+
+@pytest.fixture
+def curve_gateway(tmp_path: Path, keys: dict[str, Path]) -> Iterator[Running]:
+    """nfgate with CURVE on its NFP, DCP, DBP and SADA channel edges (one server key)."""
+    secret = keys["broker_secret"]
+    toml = "[routing]\nqueue_expiry_ms = 1000\n" + "".join(
+        f'[edges.{edge}]\nheartbeat_ms = {HEARTBEAT_MS}\nliveness = 3\ncurve_secret_key = "{secret}"\n'
+        for edge in ("nfp", "dcp", "sada")
+    )
+    toml += f'[edges.dbp]\ncurve_secret_key = "{secret}"\n'
+    running = start_gateway(tmp_path, toml)
+    try:
+        yield running
+    finally:
+        finish(running)
+
+
+def _client(keys: dict[str, Path], codec: str = "nfp") -> SuiteCurve:
+    curve = load_curve(str(keys["broker"]), None, binds=False, codec=codec)
+    assert curve is not None and curve.client is not None
+    return curve
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(
+    ("protocol", "role", "edge", "include"),
+    [
+        ("nfp", "broker", "nfp", ("NFP-BROKER-5.*", "NFP-BROKER-7.*", "NFP-BROKER-3.*")),
+        ("dcp", "broker", "dcp", ()),
+        ("dbp", "catalog", "dbp", ()),
+    ],
+)
+def test_broker_roles_pass_over_curve(
+    curve_gateway: Running,
+    keys: dict[str, Path],
+    protocol: str,
+    role: str,
+    edge: str,
+    include: tuple[str, ...],
+) -> None:
+    report = run_suite(
+        protocol, role, curve_gateway.endpoint(edge), "spec", include=include, curve=_client(keys, protocol)
+    )
+    assert len(report.results) >= 8
+    assert_all_pass(report)
+
+
+@pytest.mark.timeout(120)
+def test_sada_channel_role_passes_over_curve(curve_gateway: Running, keys: dict[str, Path]) -> None:
+    curve = _client(keys, "sada")
+    client = ChannelClient(curve_gateway.endpoint("sada"), curve=curve.client)
+    client.start()
+    try:
+        report = run_suite("sada", "channel", curve_gateway.endpoint("sada"), "spec", curve=curve)
+    finally:
+        client.stop()
+    assert len(report.results) >= 17
+    assert client.replies > 0, explain(report)  # REQs reached the suite's server through the channel
+    assert_all_pass(report)
+
+
+@pytest.mark.timeout(120)
+def test_sada_server_role_as_a_curve_server_against_the_sada_server_edge(
+    tmp_path: Path, keys: dict[str, Path]
+) -> None:
+    """The suite binds as a CURVE channel; nfgate's sada-server edge trusts its key."""
+    channel_url = f"tcp://127.0.0.1:{free_port()}"
+    toml = (
+        f"[routing]\nqueue_expiry_ms = 300\n"
+        f'[edges.sada-server]\nchannels = ["{channel_url}"]\nrefresh_ms = 100\n'
+        f'curve_server_key = "{keys["suite"]}"\n'
+        f"[edges.dcp]\nheartbeat_ms = {HEARTBEAT_MS}\nliveness = 3\n"
+    )
+    gateway = start_gateway(tmp_path, toml)
+    worker = TinyDcpWorker(gateway.endpoint("dcp"), b"tiny", "spec", heartbeat_s=HEARTBEAT_MS / 1000)
+    worker.start()
+    try:
+        time.sleep(0.3)  # the worker registered: the gateway's INTR names "tiny"
+        curve = load_curve(None, keys["suite_secret"], binds=True, codec="sada")
+        report = run_suite("sada", "server", channel_url, "spec", curve=curve)
+    finally:
+        worker.stop()
+        finish(gateway)
+    assert len(report.results) >= 18
+    assert_all_pass(report)
+
+
+CONFORMANCE = (sys.executable, "-m", "nfgate", "conformance")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CONFORMANCE, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.timeout(120)
+def test_a_curve_broker_reached_without_its_key_or_with_another_is_named_before_any_case(
+    curve_gateway: Running, keys: dict[str, Path]
+) -> None:
+    endpoint = curve_gateway.endpoint("nfp")
+    common = ["-p", "nfp", "-r", "broker", "-e", endpoint, "--timeout", "1", "--heartbeat-ms", "200"]
+    missing = _cli(*common)
+    assert missing.returncode == 2, missing.stdout + missing.stderr
+    # "runs a ZeroMQ security mechanism ...", or, when the server closed before its
+    # error reached the suite (a loaded machine), the handshake failure naming both causes
+    assert "--curve-server-key" in missing.stderr and len(missing.stderr.splitlines()) == 1
+    assert "NFP-BROKER" not in missing.stdout  # found before any case ran
+    wrong = _cli(*common, "--curve-server-key", str(keys["suite"]))
+    assert wrong.returncode == 2, wrong.stdout + wrong.stderr
+    assert "is --curve-server-key its public key?" in wrong.stderr
+    right = _cli(*common, "--curve-server-key", str(keys["broker"]), "--cases", "NFP-BROKER-5.[12]")
+    assert right.returncode == 0, right.stdout + right.stderr
+    assert "CURVE on: as a CURVE client of" in right.stdout
+    assert "PASS 2" in right.stdout
+
+
+@pytest.mark.timeout(60)
+def test_curve_given_to_a_plain_peer_is_named_before_any_case() -> None:
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    plain = ctx.socket(zmq.ROUTER)
+    plain.setsockopt(zmq.LINGER, 0)
+    port = plain.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        public, _ = zmq.curve_keypair()
+        done = _cli(
+            "-p",
+            "dcp",
+            "-r",
+            "broker",
+            "-e",
+            f"tcp://127.0.0.1:{port}",
+            "--curve-server-key",
+            public.decode(),
+        )
+    finally:
+        plain.close(0)
+        ctx.term()
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "does not run CURVE: leave out --curve-server-key" in done.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["-p", "memodb", "-r", "broker", "-e", "tcp://127.0.0.1:9", "--curve-server-key", "{broker}"],
+            "runs over NNG",
+        ),
+        (
+            ["-p", "nfp", "-r", "worker", "-e", "tcp://127.0.0.1:0", "--curve-server-key", "{broker}"],
+            "the suite binds",
+        ),
+        (
+            ["-p", "nfp", "-r", "broker", "-e", "tcp://127.0.0.1:9", "--curve-secret-key", "{suite_secret}"],
+            "needs the peer's public key",
+        ),
+        (
+            ["-p", "nfp", "-r", "broker", "-e", "tcp://127.0.0.1:9", "--curve-server-key", "{nowhere}"],
+            "--curve-server-key:",
+        ),
+        (
+            ["-p", "nfp", "-r", "worker", "-e", "tcp://127.0.0.1:0", "--curve-secret-key", "{suite}"],
+            "holds no secret key",
+        ),
+    ],
+)
+def test_curve_options_misused_are_one_line_and_exit_2(
+    tmp_path: Path, keys: dict[str, Path], args: list[str], message: str
+) -> None:
+    names = {**{k: str(v) for k, v in keys.items()}, "nowhere": str(tmp_path / "nowhere.key")}
+    done = _cli(*[a.format(**names) for a in args])
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.timeout(30)
+def test_a_send_with_no_connection_to_send_on_gives_up_at_the_timeout() -> None:
+    """A CURVE server reached without its key: libzmq drops the connection for good on
+    the mechanism mismatch, and a DEALER with no connection blocks a send for ever. The
+    handshake check names that case before the run, but a peer can start after it: a
+    case's send must end as a NoAnswer at the run's --timeout, not hang the suite."""
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    server = ctx.socket(zmq.ROUTER)
+    server.setsockopt(zmq.LINGER, 0)
+    _, secret = zmq.curve_keypair()
+    server.curve_secretkey = secret
+    server.curve_server = True
+    port = server.bind_to_random_port("tcp://127.0.0.1")
+    options = RunOptions(protocol="dcp", role="broker", endpoint=f"tcp://127.0.0.1:{port}", timeout_s=0.5)
+    session = Session(find_role("dcp", "broker"), options, "spec")
+    case = CaseContext(session=session, clause=Clause(section="s", text="t", keyword="MUST"), budget_s=5.0)
+    try:
+        dealer = case.dealer("client")
+        for _ in range(100):  # the handshake fails within milliseconds; wait for it, bounded
+            if not dealer.sock.poll(0, zmq.POLLOUT):
+                break
+            time.sleep(0.02)
+        start = time.monotonic()
+        with pytest.raises(NoAnswer, match="connection to the peer to send on"):
+            dealer.send(Ping())
+        assert time.monotonic() - start < 3.0
+        assert not case.frames  # nothing recorded as sent
+    finally:
+        case.close()
+        session.close()
+        server.close(0)
+        ctx.term()
