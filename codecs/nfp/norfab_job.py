@@ -1,4 +1,5 @@
-"""What a NorFab 0.25 worker can take as a job's body (the POST a broker sends it).
+"""What a NorFab 0.25 worker can take as a job's body (the POST a broker sends it), and
+which of its EVENTs says a job's result is saved (:func:`result_ready`).
 
 NorFab's worker files each POST in one thread (``_post`` in norfab/core/worker.py):
 ``data = orjson.loads(body)`` and ``data.get("task")`` with no guard around them, so a
@@ -21,7 +22,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
-__all__ = ["REASON", "refusal"]
+__all__ = ["REASON", "refusal", "result_ready"]
 
 REASON: Final = "a NorFab worker takes a JSON object {task, kwargs, args}"
 
@@ -105,3 +106,30 @@ def refusal(body: tuple[bytes, ...]) -> str:
     ):
         return f"{REASON}; its timeout is not a number"
     return ""
+
+
+# NorFab 0.24 (0.24.16, the last 0.24.x) has no result_ready event type: a worker ends
+# every job, failed or not, with ``job.event(message="completed", status="completed")``,
+# a "progress" event, sent after the result is saved (``start_jobs_processor`` in
+# norfab/core/worker.py), as 0.25 sends ``result_ready`` with that message and status.
+_COMPLETED: Final = b'"completed"'
+
+
+def result_ready(frame: bytes) -> bool:
+    """Whether a NorFab worker's EVENT body (``frame``, its one JSON frame) says the job's
+    result is saved, to be fetched with a GET: 0.25's ``result_ready`` event, or 0.24's
+    last event, a "progress" one whose message and status are both "completed". Never raises."""
+    if b'"result_ready"' in frame:
+        return True
+    if _COMPLETED not in frame:  # every other event, cheaply
+        return False
+    try:
+        event = json.loads(frame)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return False
+    return (
+        isinstance(event, dict)
+        and event.get("event_type") == "progress"
+        and event.get("message") == "completed"
+        and event.get("status") == "completed"
+    )

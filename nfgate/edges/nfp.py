@@ -9,8 +9,9 @@ This module keeps the worker side: registration, keepalives both ways, dispatch,
   the dialect it last spoke (design.md).
 - A worker's name is its ZeroMQ identity (NorFab's rule; the spec names none).
 - NorFab workers answer a POST with 201 and EVENTs, and give the result only to a GET:
-  on their ``result_ready`` EVENT the edge sends that GET itself, so a worker's result
-  reaches clients of every protocol without them knowing NorFab's flow.
+  on their ``result_ready`` EVENT (NorFab 0.24's: its last, "completed" progress event)
+  the edge sends that GET itself, so a worker's result reaches clients of every protocol
+  without them knowing NorFab's flow.
 - The broker sends KEEPALIVE to every worker each heartbeat interval (NorFab workers
   reconnect after 6 silent intervals), and DISCONNECT to a worker it evicts or does not
   know (a NorFab worker answers it with READY, which is how workers come back after a
@@ -348,8 +349,9 @@ class NfpEdge(RouterEdge):
         if isinstance(msg, Event):
             progress = "event"
             self.counters["events_received"] += 1
-            if dialect == "norfab" and b'"result_ready"' in msg.body[0]:
-                # The result is saved on the worker; NorFab hands it out only to a GET.
+            if dialect == "norfab" and norfab_job.result_ready(msg.body[0]):
+                # The result is saved on the worker (0.25's result_ready, 0.24's last
+                # "completed" event); NorFab hands it out only to a GET.
                 if msg.uuid in p.asked:  # a client's GET is out: fetch once it is answered
                     p.asked[msg.uuid] = POLL_THEN_FETCH
                 else:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nfgate.codecs.nfp.norfab_job import REASON, refusal
+from nfgate.codecs.nfp.norfab_job import REASON, refusal, result_ready
 
 orjson = pytest.importorskip("orjson")  # NorFab's own dependency (the test extra installs NorFab)
 
@@ -112,3 +112,30 @@ def test_whatever_the_check_lets_through_norfab_files(value: object, raw: bytes,
             return
     if refusal((frame,)) == "":
         assert norfab_files((frame,)), frame
+
+
+# A NorFab worker's EVENT bodies, byte for byte as 0.24.16 and 0.25.0 send them
+# (orjson.dumps of {"worker", "service", "uuid", **NorFabEvent.model_dump()}).
+_EVENT = (
+    b'{"worker":"w1","service":"echo","uuid":"u1","event_type":"%s","message":"%s","task":"echo",'
+    b'"status":"%s","resource":[],"severity":"INFO","timestamp":"27-Nov-2026 21:45:08.708"}'
+)
+
+
+@pytest.mark.parametrize(
+    ("frame", "ready"),
+    [
+        (_EVENT % (b"result_ready", b"completed", b"completed"), True),  # 0.25's last event
+        (_EVENT % (b"progress", b"completed", b"completed"), True),  # 0.24's last event
+        (_EVENT % (b"progress", b"starting", b"running"), False),  # every job's first
+        (_EVENT % (b"progress", b"completed", b"running"), False),  # a task's own events
+        (_EVENT % (b"progress", b"half done", b"completed"), False),
+        (_EVENT % (b"input_request", b"completed", b"completed"), False),
+        (b'{"event_type":"progress","message":"completed","status":"completed"', False),  # cut short
+        (b'["progress","completed","completed"]', False),
+        (b'\xff"completed"', False),
+        (b"", False),
+    ],
+)
+def test_result_ready_is_0_25s_event_or_0_24s_last_one(frame: bytes, ready: bool) -> None:
+    assert result_ready(frame) is ready

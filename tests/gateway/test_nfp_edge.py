@@ -200,6 +200,32 @@ def test_norfab_worker_flow_201_event_get_200(gw: Running) -> None:
     assert final.status == 200 and json.loads(final.body[0]) == {"nfw": {"result": 42, "failed": False}}  # type: ignore[attr-defined]
 
 
+def test_a_norfab_0_24_workers_last_completed_event_is_fetched_like_result_ready(gw: Running) -> None:
+    # NorFab 0.24 has no result_ready: its worker ends a job with a "progress" EVENT whose
+    # message and status are "completed" (after saving the result). A client of another
+    # protocol (here a spec one) gets the result only if the gateway GETs it then.
+    w = norfab_worker(gw, "nf", b"nfw")
+    client = gw.dealer("nfp")
+    job = post(client, "nf", b'{"task":"t","kwargs":{},"args":[]}')
+    assert get(client).status == 202  # type: ignore[attr-defined]
+    dispatched = get(w, "norfab")
+    assert isinstance(dispatched, Post)
+    uuid, to = dispatched.uuid, dispatched.client
+    event = b'{"worker":"nfw","service":"nf","uuid":"%s","event_type":"progress","message":"%s","task":"t","status":"%s"}'
+    for message, status in ((b"starting", b"running"), (b"completed", b"running")):
+        body = event % (uuid.encode(), message, status)
+        send(w, Event(header=WORKER, client=to, uuid=uuid, status=200, body=(body,)), "norfab")
+    assert quiet(w, 300)  # progress only: no GET
+    body = event % (uuid.encode(), b"completed", b"completed")
+    send(w, Event(header=WORKER, client=to, uuid=uuid, status=200, body=(body,)), "norfab")
+    fetch = get(w, "norfab")
+    assert isinstance(fetch, Get) and fetch.uuid == uuid
+    result = b'{"nfw":{"result":7,"failed":false}}'
+    send(w, Response(header=WORKER, client=to, uuid=uuid, status=200, body=(result,)), "norfab")
+    final = get(client)
+    assert isinstance(final, Response) and final.uuid == job and final.status == 200
+
+
 def _running_norfab_job(gw: Running) -> tuple[zmq.Socket[bytes], zmq.Socket[bytes], str]:
     """A NorFab client's job held by a NorFab worker: (client, worker, uuid)."""
     w = norfab_worker(gw, "nf", b"nfw")
