@@ -38,8 +38,8 @@ The client prints one line ``NORFAB_PEER_RESULT <json>`` on stdout, a JSON objec
 ``ready`` (the wait for workers), ``mmi`` (what ``client.mmi`` returned), ``job`` (what
 ``run_job`` returned), ``jobs`` (with ``--services``: ``{service, job, seconds}`` for
 each service, its job run in turn by the same client) and ``fetch`` (what
-``client.fetch_file`` returned for the URL list: local paths of the copies), each
-present only if asked for.
+``client.fetch_file`` returned for the URL list: local paths of the copies; NorFab 0.24's
+takes one URL, so it is called for each), each present only if asked for.
 """
 
 from __future__ import annotations
@@ -55,6 +55,15 @@ from typing import Any
 
 RESULT_PREFIX = "NORFAB_PEER_RESULT "
 WORKING = "norfab_peer: worker {name} working"
+
+
+def _fetch(client: Any, urls: list[str], timeout: int) -> Any:
+    """``client.fetch_file`` for a URL list: NorFab 0.25's takes the list, 0.24's one URL."""
+    from importlib.metadata import version
+
+    if version("norfab").startswith("0.24."):
+        return [client.fetch_file(url, timeout=timeout) for url in urls]
+    return client.fetch_file(urls, timeout=timeout)
 
 
 def _inventory(endpoint: str, base_dir: str, shared_key: str | None = None) -> Any:
@@ -241,7 +250,7 @@ def run_client(args: argparse.Namespace) -> int:
                 {"service": service, "job": job, "seconds": round(time.monotonic() - started, 3)}
             )
         if args.fetch:
-            out["fetch"] = client.fetch_file(_json_arg(args.fetch), timeout=args.timeout)
+            out["fetch"] = _fetch(client, _json_arg(args.fetch), args.timeout)
         if args.submit:  # the job goes; the client leaves without waiting for it
             future = client.submit_job(
                 service=args.submit,
