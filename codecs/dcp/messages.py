@@ -33,8 +33,12 @@ def _metadata_parts(
 
 def _client_address(_: object, attribute: attrs.Attribute[bytes | None], value: bytes | None) -> None:
     # An empty address is indistinguishable from "absent" on the wire; absent is None.
-    if value is not None and (not isinstance(value, bytes) or not value):
-        raise ValueError("client must be None (absent) or a non-empty byte string")
+    if value is None:
+        return
+    if not isinstance(value, bytes):
+        raise TypeError(f"{attribute.name} must be None (absent) or bytes, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{attribute.name} must be None (absent) or a non-empty byte string")
 
 
 @attrs.frozen(kw_only=True)

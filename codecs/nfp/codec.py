@@ -111,7 +111,7 @@ def decode(frames: list[bytes], dialect: str) -> Message:
     reader.what = cls.TYPE
     try:
         return _decode_body(reader, dialect, header, cls)
-    except ValueError as exc:  # a field validator refused what the frames hold
+    except (TypeError, ValueError) as exc:  # a field validator refused what the frames hold
         raise reader.error(reason_of(exc)) from None
 
 

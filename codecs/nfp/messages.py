@@ -14,9 +14,10 @@ to the header (routed jobs come from the broker, routed results from a worker), 
 classes refuse a combination that no dialect can put on the wire, so every message that
 can be built encodes in at least one dialect and reads back as itself.
 
-Construction raises :class:`TypeError` or :class:`ValueError` (attrs validators) for a
-field of the wrong type or value, or a combination of fields no layout has; the
-decoder turns that into :class:`nfgate.errors.DecodeError`.
+Construction validates every field: a value of the wrong type raises :class:`TypeError`
+and one out of range, not printable, or a combination of fields no layout has raises
+:class:`ValueError` (the attrs validators' exceptions). Decoding never lets them out:
+for bad frames it raises :class:`nfgate.errors.DecodeError` only.
 """
 
 from __future__ import annotations
@@ -73,9 +74,13 @@ def _header(*allowed: bytes) -> Callable[[object, attrs.Attribute[Any], object],
 
 
 def _text(_: object, attribute: attrs.Attribute[Any], value: str) -> None:
-    # Service names, targets and uuids are "printable string" frames.
-    if not isinstance(value, str) or not value.isprintable():
-        raise ValueError(f"{attribute.name} must be a printable string")
+    # Service names, targets and uuids are "printable string" frames (empty included: an
+    # empty target is the spec's default, all; an empty service name is the broker's to
+    # refuse, as the spec does not forbid it).
+    if not isinstance(value, str):
+        raise TypeError(f"{attribute.name} must be str, got {type(value).__name__}")
+    if not value.isprintable():
+        raise ValueError(f"{attribute.name} must be a printable string, got {value[:32]!r}")
 
 
 def _opt_text(inst: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
@@ -84,7 +89,11 @@ def _opt_text(inst: object, attribute: attrs.Attribute[Any], value: str | None) 
 
 
 def _client(_: object, attribute: attrs.Attribute[Any], value: bytes | None) -> None:
-    if value is not None and (not isinstance(value, bytes) or not value):
+    if value is None:
+        return
+    if not isinstance(value, bytes):
+        raise TypeError(f"client must be None or bytes, got {type(value).__name__}")
+    if not value:
         raise ValueError("client must be None or a non-empty address")
 
 
@@ -97,7 +106,10 @@ def _body(_: object, attribute: attrs.Attribute[Any], value: tuple[bytes, ...]) 
 
 def _status(_: object, attribute: attrs.Attribute[Any], value: int) -> None:
     # Status Frames: "three digits". Every result has one (None is MMI's request only).
-    if isinstance(value, bool) or not isinstance(value, int) or not 100 <= value <= 999:
+    # bool is an int subclass, but True is not a status.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"status must be int, got {type(value).__name__}")
+    if not 100 <= value <= 999:
         raise ValueError(f"status must be a three-digit integer, got {value!r}")
 
 
