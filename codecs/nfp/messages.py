@@ -246,6 +246,10 @@ class _Result(Message):
             raise ValueError(f"{self.TYPE}: needs exactly one of service (addressed) or client (routed)")
         if self.status_text and not self.status_text.isprintable():
             raise ValueError("status_text must be printable")
+        if self.status_text and (self.client is not None or self.NORFAB_ONLY):
+            # Only the spec dialect writes status text, and it has neither NorFab's
+            # commands nor the routed layout: such a message would encode in no dialect.
+            raise ValueError(f"{self.TYPE}: status text is the spec's; NorFab's {self.TYPE} has none")
         if self.client is not None and self.header != WORKER:
             raise ValueError(f"{self.TYPE}: only a worker's (NFPW01) result is routed")
         if self.NORFAB_ONLY and self.client is None and self.header == WORKER:

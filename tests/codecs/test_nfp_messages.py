@@ -150,6 +150,24 @@ def test_mmi_forms_that_cannot_round_trip_are_refused(kwargs: dict[str, Any]) ->
         nfp.Mmi(body=(b"{}",), **kwargs)
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        # routed: NorFab's layout, whose status frame is three digits only
+        lambda: nfp.Response(
+            header=nfp.WORKER, client=b"c", uuid="u", status=200, status_text="OK", body=(b"",)
+        ),
+        # NorFab's command: the spec dialect, the one with status text, has no EVENT
+        lambda: nfp.Event(
+            header=nfp.BROKER, service="s", uuid="u", status=200, status_text="OK", body=(b"",)
+        ),
+    ],
+)
+def test_status_text_where_no_dialect_writes_it_is_refused(message: Any) -> None:
+    with pytest.raises(ValueError, match="status text"):
+        message()
+
+
 def test_a_workers_mmi_is_read_by_its_header() -> None:
     # Once the worker's unrouted answer with an empty uuid, now only the routed answer.
     wire = [b"", b"NFPW01", b"0x11", b"svc", b"", b"200", b"200", b"{}"]
