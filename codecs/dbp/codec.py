@@ -249,10 +249,7 @@ def _body(cls: type[Message], reader: FrameReader, seconds: float, dialect: str)
     elif cls is Denied:
         message = Denied(time=seconds, reasons=reader.rest())
     elif cls is Heartbeat:
-        service = _text(reader, "service name")
-        if not service:
-            raise reader.error(f"frame {reader.pos - 1} (service name) is empty")
-        message = Heartbeat(time=seconds, service=service)
+        message = Heartbeat(time=seconds, service=_text(reader, "service name"))
     elif cls is Disconnect:
         message = Disconnect(time=seconds)
     else:

@@ -142,12 +142,14 @@ class Denied(Message):
 class Heartbeat(Message):
     """``<3``, either direction, naming the service (DBP/Heartbeats).
 
-    Over UDP the same message travels as one datagram (:mod:`.udp`).
+    ``service`` may be empty, as in every nfgate codec: the spec does not forbid it, and
+    refusing a name is the catalog's decision, not the wire's (docs/library.md). Over UDP
+    the same message travels as one datagram (:mod:`.udp`).
     """
 
     TYPE: ClassVar[str] = "HEARTBEAT"
     time: float = _time_field()
-    service: str = attrs.field(validator=[_printable, _not_empty])
+    service: str = attrs.field(validator=_printable)
 
 
 @attrs.frozen(kw_only=True)

@@ -6,7 +6,8 @@ notes):
 
 * heartbeat datagram: the HEARTBEAT's frames after the empty delimiter, joined by one
   space -- ``b"<3 1732251000.5 echo"`` (tag, spec-dialect time text, service name; the
-  name may itself contain spaces, it runs to the end of the datagram);
+  name may itself contain spaces, it runs to the end of the datagram, and may be empty,
+  as the HEARTBEAT's may);
 * beacon: ``b"SHALOM <port>"``, the datagram Hermes listens for on UDP port 5245.
 """
 
@@ -67,10 +68,8 @@ def decode_heartbeat_datagram(data: bytes | bytearray | memoryview) -> Heartbeat
     if not space:
         raise DecodeError(NAME, "heartbeat datagram has no service name after the time")
     seconds = decode_time(time_text, "spec", "heartbeat datagram time")
-    service = printable(NAME, name, "heartbeat datagram service name")
-    if not service:
-        raise DecodeError(NAME, "heartbeat datagram service name is empty")
-    return Heartbeat(time=seconds, service=service)
+    # An empty name (b"<3 1732251000 ") is the HEARTBEAT's empty service frame.
+    return Heartbeat(time=seconds, service=printable(NAME, name, "heartbeat datagram service name"))
 
 
 def encode_beacon(port: int) -> bytes:

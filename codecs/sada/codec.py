@@ -115,7 +115,7 @@ def decode(frames: list[bytes], dialect: str) -> Message:
     if command == REQ:
         reader.what = "REQ"
         request_id = _read_text(reader, "request id")
-        service = _read_text(reader, "service name")
+        service = _read_text(reader, "service name", allow_empty=True)
         version = _read_text(reader, "service version", allow_empty=True)
         category = _read_text(reader, "action category")
         action = _read_text(reader, "action name")
@@ -166,7 +166,7 @@ def _decode_intr(reader: FrameReader, proto: bytes) -> Intr:
         )
     services: list[tuple[str, str]] = []
     while reader.remaining:
-        name = _read_text(reader, "service name")
+        name = _read_text(reader, "service name", allow_empty=True)
         version = _read_text(reader, "service version", allow_empty=True)
         services.append((name, version))
     return Intr(proto=proto, services=tuple(services))

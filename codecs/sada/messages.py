@@ -93,7 +93,7 @@ def _services(_: object, attribute: attrs.Attribute[Any], value: object) -> None
     for i, pair in enumerate(value):
         if not isinstance(pair, tuple) or len(pair) != 2:
             raise TypeError(f"{attribute.name}[{i}] must be a (name, version) pair, got {pair!r}")
-        _check_text(f"{attribute.name}[{i}] name", pair[0], allow_empty=False)
+        _check_text(f"{attribute.name}[{i}] name", pair[0], allow_empty=True)
         _check_text(f"{attribute.name}[{i}] version", pair[1], allow_empty=True)
 
 
@@ -114,7 +114,9 @@ class Intr(Message):
 
     ``services`` is the (name, version) pairs in wire order. It may be empty (a server
     offering nothing yet; PIRAN sends that). A version may be empty: an unversioned
-    service.
+    service. A name may be empty too, as a service name may be in every nfgate codec:
+    the spec does not forbid it, and refusing one is the channel's decision
+    (docs/library.md).
     """
 
     TYPE: ClassVar[str] = "INTR"
@@ -135,6 +137,8 @@ class Req(Message):
     """REQ, channel -> server (REQ Command).
 
     ``version`` is the service version the request is for; ``""`` means any version.
+    ``service`` may be empty (see :class:`Intr`); the request id, category and action
+    may not.
     ``payload`` is the one payload frame, opaque (msgpack by the spec's suggestion, JSON
     in PIRAN; see :mod:`nfgate.codecs.sada.payload`).
     """
@@ -142,7 +146,7 @@ class Req(Message):
     TYPE: ClassVar[str] = "REQ"
     proto: bytes = _proto_field()
     request_id: str = attrs.field(validator=_text)
-    service: str = attrs.field(validator=_text)
+    service: str = attrs.field(validator=_text_or_empty)
     version: str = attrs.field(default="", validator=_text_or_empty)
     category: str = attrs.field(validator=_text)
     action: str = attrs.field(validator=_text)

@@ -48,6 +48,7 @@ from nfgate.edges.sada_common import (
     WireCache,
     client_status,
     join_body,
+    refusal,
     rejection,
     req_fields,
     resolve_port,
@@ -101,6 +102,7 @@ class SadaChannelEdge(RouterEdge):
     EVENTS = (
         *RouterEdge.EVENTS,
         "clients_gone",
+        "empty_service",
         "pings_sent",
         "rintr_sent",
         "rintr_suppressed",
@@ -231,6 +233,9 @@ class SadaChannelEdge(RouterEdge):
         match action, message:
             case Action.REGISTER, Intr():
                 out.extend(self._register(address, p, message, now))
+            case Action.REQUEST, Req() if not message.service:
+                self.bad_input(peer, "empty_service", "REQ without a service name")
+                self._send_message(address, refusal(message), p.dialect)
             case Action.REQUEST, Req():
                 out.append(self._request(peer, message))
             case Action.REPLY, Rep():
@@ -254,7 +259,12 @@ class SadaChannelEdge(RouterEdge):
 
     def _register(self, address: bytes, p: _Peer, msg: Intr, now: int) -> list[Command]:
         peer = self.peer(address)
-        services = tuple(dict.fromkeys(service_ref(name, version) for name, version in msg.services))
+        named = tuple(pair for pair in msg.services if pair[0])
+        if len(named) != len(msg.services):
+            # The core names every service: one with no name is left out (as MemoDB's
+            # READY's are), the others are registered.
+            self.bad_input(peer, "empty_service", "INTR introduces a service with no name")
+        services = tuple(dict.fromkeys(service_ref(name, version) for name, version in named))
         p.services = services
         if not services:
             # "INTR with zero services": known (no RINTR), but nothing to route to it.

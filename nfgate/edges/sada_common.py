@@ -184,6 +184,14 @@ class WireCache:
 DEFAULT_PROTO = PROTO_ASCII  # design.md: SADA1 when we speak first (PIRAN's form)
 
 
+def refusal(request: wire.Req) -> Rep:
+    """REP 400 for a REQ that decodes but names no service: the codec takes an empty
+    name (no spec forbids one), the core names every service, so it is answered as a
+    REQ that does not decode is (:func:`rejection`). Never raises (a REQ's request id
+    is never empty)."""
+    return Rep(proto=request.proto, request_id=request.request_id, status=400, payload=b"")
+
+
 def rejection(frames: list[bytes]) -> Rep | None:
     """REP 400 for a REQ that does not decode but whose request id reads (sada.md), so
     its sender is answered rather than left to time out; None for anything else."""

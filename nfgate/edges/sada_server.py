@@ -43,6 +43,7 @@ from nfgate.edges.sada_common import (
     client_status,
     connect,
     join_body,
+    refusal,
     rejection,
     sada_router,
 )
@@ -95,6 +96,7 @@ class SadaServerEdge(Edge, Decoding):
         *Edge.EVENTS,
         "connections",
         "deliver_unknown",
+        "empty_service",
         "intr_sent",
         "unencodable",
         "unexpected",
@@ -271,6 +273,9 @@ class SadaServerEdge(Edge, Decoding):
                 pass
             case Action.PONG, _:
                 self._send_message(channel, Pong(proto=channel.proto))
+            case Action.REQUEST, Req() if not message.service:
+                self.bad_input(self.peer(channel.identity), "empty_service", "REQ without a service name")
+                self._send_message(channel, refusal(message))
             case Action.REQUEST, Req():
                 out.append(
                     Request(
