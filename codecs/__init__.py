@@ -61,7 +61,11 @@ def _load_plugins() -> dict[str, Codec]:
 
 
 def names() -> list[str]:
-    """Names of every available codec: the five built-ins first, then plugins sorted."""
+    """Names of every available codec: the five built-ins first, then plugins sorted.
+
+    Never raises: a plugin that fails to load is left out and reported by
+    :func:`plugin_errors`.
+    """
     return list(_BUILTIN) + sorted(set(_load_plugins()) - set(_BUILTIN))
 
 
@@ -88,6 +92,6 @@ def get(name: str) -> Codec:
 
 
 def plugin_errors() -> list[str]:
-    """Problems met while loading third-party codecs (empty when all loaded)."""
+    """Problems met while loading third-party codecs (empty when all loaded). Never raises."""
     _load_plugins()
     return list(_plugin_errors)

@@ -38,6 +38,11 @@ class Message:
 
     Subclasses are ``@attrs.frozen(kw_only=True)`` and set ``TYPE`` to the spec's
     command name in upper case (``"POST"``, ``"JOB"``, ``"INTR"``).
+
+    Construction validates every field, the same way in every built-in codec: a value of
+    the wrong Python type raises :class:`TypeError`, one of the right type that the wire
+    cannot carry raises :class:`ValueError`. Decoders never let either out (they raise
+    :class:`nfgate.errors.DecodeError`).
     """
 
     TYPE: ClassVar[str] = ""
@@ -72,6 +77,8 @@ class Codec:
 
     ``dialects[0]`` is the spec dialect. ``single_frame`` is true for protocols whose
     transport carries one opaque message (MemoDB over NNG) rather than ZeroMQ frames.
+    Building one checks nothing (the registry checks a plugin's, :func:`nfgate.codecs.get`);
+    each method says what it raises.
     """
 
     name: str
@@ -195,7 +202,7 @@ def reason_of(exc: BaseException) -> str:
 
 
 def as_frames(protocol: str, frames: Iterable[bytes]) -> list[bytes]:
-    """Copy ``frames`` to a list of ``bytes``; anything else is a :class:`DecodeError`."""
+    """Copy ``frames`` to a list of ``bytes``; raises :class:`DecodeError` for anything else."""
     if isinstance(frames, (bytes, bytearray, memoryview, str)):
         raise DecodeError(protocol, "expected a list of frames, got a single byte string")
     try:
@@ -262,7 +269,7 @@ class FrameReader:
         return len(self.frames) - self.pos
 
     def take(self, name: str) -> bytes:
-        """Next frame, or :class:`DecodeError` saying ``name`` is missing."""
+        """Next frame; raises :class:`DecodeError` saying ``name`` is missing when there is none."""
         if self.pos >= len(self.frames):
             raise self.error(f"missing frame {self.pos} ({name})")
         frame = self.frames[self.pos]

@@ -352,6 +352,7 @@ def missing_required(info: Mapping[str, Any]) -> list[str]:
     """The spec-required keys (:data:`REQUIRED_KEYS`) absent from ``info``, in spec order.
 
     Run it on :func:`service_info`'s result so Hermes's form counts its ``ip``/``port``.
+    Never raises for a mapping.
     """
     return [key for key in REQUIRED_KEYS if key not in info]
 

@@ -138,3 +138,35 @@ def test_the_frame_builders_take_an_empty_service_name_as_encode_does() -> None:
     assert frames == nfp.encode(post, "spec")
     request = dcp.Request(service=b"", metadata=(b"k",), data=(b"x",))
     assert dcp_codec.request_frames(b"", None, (b"k",), (b"x",), "spec") == dcp.encode(request, "spec")
+
+
+def _public() -> list[Any]:
+    """(qualified name, object) of every name the codec package and modules export."""
+    import importlib
+
+    modules = ["nfgate.codecs", "nfgate.codecs._base"] + [f"nfgate.codecs.{p}" for p in PROTOCOLS]
+    found = []
+    for name in modules:
+        module = importlib.import_module(name)
+        for attr in module.__all__:
+            found.append(pytest.param(module, getattr(module, attr), id=f"{name}.{attr}"))
+    return found
+
+
+@pytest.mark.parametrize(("module", "obj"), _public())
+def test_every_public_name_says_what_it_raises(module: Any, obj: Any) -> None:
+    import inspect
+
+    if not callable(obj) or inspect.ismodule(obj):
+        return  # constants, type unions, submodules
+    if isinstance(obj, type) and issubclass(obj, Message) and obj is not Message:
+        # Message classes: the Message base and each messages module say it once for all.
+        doc = inspect.getmodule(obj).__doc__ or ""  # type: ignore[union-attr]
+        assert "TypeError" in doc and "ValueError" in doc and "DecodeError" in doc
+        return
+    doc = (obj.__doc__ if isinstance(obj, type) else inspect.getdoc(obj)) or ""
+    assert "raise" in doc.lower(), f"{obj!r}: the docstring does not say what it raises"
+    if isinstance(obj, type):
+        for name, member in vars(obj).items():
+            if callable(member) and not name.startswith("_"):
+                assert "raise" in (member.__doc__ or "").lower(), f"{obj.__name__}.{name}"
