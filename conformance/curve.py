@@ -54,6 +54,16 @@ class SuiteCurve:
         """The suite's own public key (for the peer under test)."""
         return self.client.public_key if self.client is not None else self.server_public
 
+    def describe(self) -> dict[str, str]:
+        """For the report: the suite's part and the public keys (never a secret one)."""
+        if self.client is None:
+            return {"as": "server", "public_key": self.server_public.decode()}
+        return {
+            "as": "client",
+            "server_key": self.client.server_key.decode(),
+            "public_key": self.client.public_key.decode(),
+        }
+
 
 def load_curve(
     server_key: str | None, secret_file: Path | None, *, binds: bool, codec: str

@@ -214,6 +214,7 @@ class RunReport:
                 "heartbeat_ms": o.heartbeat_ms,
                 "liveness": o.liveness,
                 "strict": o.strict,
+                "curve": o.curve.describe() if o.curve is not None else None,
             },
             "started": self.started,
             "duration_s": round(self.duration_s, 3),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
+from nfgate.conformance.curve import SuiteCurve
 from nfgate.conformance.model import CaseResult, FrameRecord, RunReport, Verdict
 
 __all__ = ["index_html"]
@@ -70,6 +71,14 @@ def _case_section(r: CaseResult) -> str:
     )
 
 
+def _curve(curve: SuiteCurve | None) -> str:
+    if curve is None:
+        return "off"
+    if curve.client is None:
+        return f"on (the suite a server, key {escape(curve.public_key.decode())})"
+    return f"on (the suite a client of {escape(curve.client.server_key.decode())})"
+
+
 def index_html(report: RunReport) -> str:
     o = report.options
     title = f"nfgate conformance: {o.protocol} {o.role} at {o.endpoint}"
@@ -91,7 +100,7 @@ def index_html(report: RunReport) -> str:
 <body>
 <h1>{escape(title)}</h1>
 <p>Dialect <b>{escape(report.dialect)}</b> (asked: {escape(o.dialect)}), timeout {o.timeout_s} s,
-heartbeat {o.heartbeat_ms} ms, strict {"yes" if o.strict else "no"}. Started {escape(report.started)},
+heartbeat {o.heartbeat_ms} ms, strict {"yes" if o.strict else "no"}, CURVE {_curve(o.curve)}. Started {escape(report.started)},
 {report.duration_s:.1f} s, nfgate {escape(report.version)}. Result: <b>{outcome}</b>.</p>
 <p class="summary">{badges}</p>
 <table id="cases"><thead><tr><th>Case</th><th>Verdict</th><th>Title</th><th>Keyword</th><th>Section</th>

@@ -8,6 +8,7 @@ would have waited in vain, and the first send blocked for ever).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -142,7 +143,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.timeout(120)
 def test_a_curve_broker_reached_without_its_key_or_with_another_is_named_before_any_case(
-    curve_gateway: Running, keys: dict[str, Path]
+    curve_gateway: Running, keys: dict[str, Path], tmp_path: Path
 ) -> None:
     endpoint = curve_gateway.endpoint("nfp")
     common = ["-p", "nfp", "-r", "broker", "-e", endpoint, "--timeout", "1", "--heartbeat-ms", "200"]
@@ -155,10 +156,24 @@ def test_a_curve_broker_reached_without_its_key_or_with_another_is_named_before_
     wrong = _cli(*common, "--curve-server-key", str(keys["suite"]))
     assert wrong.returncode == 2, wrong.stdout + wrong.stderr
     assert "is --curve-server-key its public key?" in wrong.stderr
-    right = _cli(*common, "--curve-server-key", str(keys["broker"]), "--cases", "NFP-BROKER-5.[12]")
+    report = tmp_path / "report"
+    right = _cli(
+        *common,
+        "--curve-server-key",
+        str(keys["broker"]),
+        "--cases",
+        "NFP-BROKER-5.[12]",
+        "--report",
+        str(report),
+    )
     assert right.returncode == 0, right.stdout + right.stderr
     assert "CURVE on: as a CURVE client of" in right.stdout
     assert "PASS 2" in right.stdout
+    # The report says how the run was secured, with public keys only.
+    server_public, _ = zmq.auth.load_certificate(keys["broker"])
+    curve = json.loads((report / "report.json").read_text())["options"]["curve"]
+    assert curve["as"] == "client" and curve["server_key"] == server_public.decode()
+    assert "the suite a client of" in (report / "index.html").read_text()
 
 
 @pytest.mark.timeout(60)
