@@ -30,6 +30,7 @@ from nfgate.errors import ConfigError
 from nfgate.transports.curve import ClientCurve, client_keys, enable_client, load_server_keys
 
 __all__ = [
+    "HandshakeWatch",
     "SuiteCurve",
     "bind_secured",
     "connect_secured",
@@ -190,3 +191,59 @@ def handshake_problem(
         f"the ZeroMQ handshake with {url} failed ({failed}): is it a ZeroMQ peer? One running "
         "CURVE (NorFab's default) needs its public key: --curve-server-key"
     )
+
+
+class HandshakeWatch:
+    """Handshake failures on a socket the suite bound, for when the peer under test never
+    speaks: a worker or server that connects with CURVE on one side only, or with another
+    key, fails its handshake and is never seen otherwise. Read without blocking."""
+
+    def __init__(self, sock: zmq.Socket[bytes]) -> None:
+        self._sock = sock
+        self._monitor: zmq.Socket[bytes] | None = sock.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+        )
+        self._failure: tuple[int, int] | None = None  # the last (event, value) read
+        self._mismatch = False  # one failed on the security mechanism
+
+    def problem(self, curve: SuiteCurve | None) -> str | None:
+        """What the failed handshakes say, or None when there was none. A mechanism
+        mismatch seen once is the diagnosis: the others of the same peer may end in a
+        bare EPIPE, when it closed before the suite's error reached it."""
+        for _ in range(10_000):  # bounded: a peer retries every 100 ms at most
+            if self._monitor is None or not self._monitor.poll(0):
+                break
+            event = recv_monitor_message(self._monitor)
+            self._failure = (event["event"], event["value"])
+            self._mismatch |= self._failure == (
+                zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+                zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH,
+            )
+        if self._failure is None:
+            return None
+        kind, value = self._failure
+        if self._mismatch:
+            if curve is None:
+                return (
+                    "a peer connected, but runs a ZeroMQ security mechanism (CURVE?): give the suite "
+                    "a key pair with --curve-secret-key and the peer its public key"
+                )
+            return "a peer connected, but does not run CURVE: leave out --curve-secret-key"
+        if curve is not None:
+            return (
+                "a peer connected, but its CURVE handshake failed: does it use the suite's public "
+                f"key, {curve.public_key.decode()}?"
+            )
+        return (
+            f"a peer connected, but its ZeroMQ handshake failed ({zmq.Event(kind).name}, {value}): "
+            "one running CURVE needs the suite's key pair, --curve-secret-key"
+        )
+
+    def close(self) -> None:
+        """Stop watching; the watched socket may be closed already (a case that restarts
+        the suite's channel closes it)."""
+        if self._monitor is not None:
+            if not self._sock.closed:
+                self._sock.disable_monitor()
+            self._monitor.close(0)
+            self._monitor = None

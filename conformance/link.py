@@ -15,7 +15,7 @@ import zmq
 
 from nfgate.codecs._base import Message
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, Source
-from nfgate.conformance.curve import bind_secured
+from nfgate.conformance.curve import HandshakeWatch, bind_secured
 from nfgate.conformance.model import Clause
 from nfgate.conformance.registry import Session
 from nfgate.edges import peer_label
@@ -23,6 +23,7 @@ from nfgate.errors import TransportError
 
 __all__ = [
     "RouterLink",
+    "absent",
     "Watched",
     "alive_probe",
     "await_hello",
@@ -112,6 +113,7 @@ class RouterLink(Watched):
             sock.close(0)
             raise TransportError(f"cannot bind {session.options.endpoint}: {exc.strerror}") from None
         self.sock = sock
+        self.watch = HandshakeWatch(sock)  # a worker that cannot connect is told why
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         session.announce(f"listening on {self.endpoint}: start the worker under test there")
         self.worker: bytes | None = None  # identity of the worker under test
@@ -171,6 +173,7 @@ class RouterLink(Watched):
         return target is not None and send_routed(ctx, self.sock, target, message, "to worker", note)
 
     def close(self) -> None:
+        self.watch.close()
         self.sock.close(0)
 
 
@@ -222,7 +225,7 @@ def registered_link(ctx: CaseContext, hello: str) -> RouterLink:
     "READY", was seen), with what queued up since read; raises NoAnswer otherwise."""
     lk = link(ctx)
     if not lk.service:
-        raise NoAnswer(f"{hello} from a worker", ctx.state.get("hello_wait", 0.0))
+        raise absent(ctx, f"{hello} from a worker")
     lk.drain(ctx)
     return lk
 
@@ -232,11 +235,22 @@ def open_link(
 ) -> None:
     """Keep ``link_`` for the run, then :func:`await_hello`."""
     session.state["link"] = link_
-    await_hello(session, hello)
+    await_hello(session, hello, watch=link_.watch)
+
+
+def absent(ctx: CaseContext, what: str) -> NoAnswer:
+    """The NoAnswer of a case whose peer never introduced itself, with why when its
+    handshake was seen to fail (:class:`HandshakeWatch`)."""
+    problem = ctx.state.get("hello_problem")
+    return NoAnswer(f"{what} ({problem})" if problem else what, ctx.state.get("hello_wait", 0.0))
 
 
 def await_hello(
-    session: Session, hello: Callable[[CaseContext, float], list[Received]], clause: Clause = SETUP_CLAUSE
+    session: Session,
+    hello: Callable[[CaseContext, float], list[Received]],
+    clause: Clause = SETUP_CLAUSE,
+    *,
+    watch: HandshakeWatch | None = None,
 ) -> None:
     """Wait (bounded) for the peer's first messages with ``hello``; they are kept as
     ``hello`` (and their frames as ``hello_frames``) for the cases that grade the
@@ -248,6 +262,10 @@ def await_hello(
     except NoAnswer as exc:
         session.state["hello"] = []
         session.state["hello_wait"] = exc.waited_s
+        problem = watch.problem(session.options.curve) if watch is not None else None
+        if problem is not None:
+            session.state["hello_problem"] = problem
+            session.announce(problem)
     finally:
         session.state["hello_frames"] = list(ctx.frames)
         ctx.close()

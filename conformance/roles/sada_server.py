@@ -14,8 +14,8 @@ import zmq
 from nfgate.codecs.sada import channel_identity
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.conformance.context import CaseContext, NoAnswer, Received, describe
-from nfgate.conformance.curve import bind_secured
-from nfgate.conformance.link import await_hello
+from nfgate.conformance.curve import HandshakeWatch, bind_secured
+from nfgate.conformance.link import absent, await_hello
 from nfgate.conformance.model import Clause
 from nfgate.conformance.registry import Role, Session, register_role
 from nfgate.conformance.roles import _sada
@@ -80,8 +80,9 @@ def setup(session: Session) -> None:
     session.observers.append(_sada.observe)
     session.observers.append(_remember_intr)
     session.state["channel"] = bind(session)
+    session.state["watch"] = watch = HandshakeWatch(session.state["channel"].sock)
     session.announce(f"listening on {session.options.endpoint}: start the server under test there")
-    await_hello(session, await_intr, SETUP_CLAUSE)
+    await_hello(session, await_intr, SETUP_CLAUSE, watch=watch)
 
 
 def _remember_intr(ctx: CaseContext, got: Received) -> None:
@@ -91,6 +92,9 @@ def _remember_intr(ctx: CaseContext, got: Received) -> None:
 
 
 def teardown(session: Session) -> None:
+    watch = session.state.get("watch")
+    if watch is not None:
+        watch.close()
     found = session.state.get("channel")
     if found is not None:
         found.close()
@@ -126,7 +130,7 @@ case = ROLE.case
 def connected(ctx: CaseContext) -> RouterPeer:
     link = channel(ctx)
     if link.peer is None:
-        raise NoAnswer("INTR from a server", ctx.state.get("hello_wait", 0.0))
+        raise absent(ctx, "INTR from a server")
     link.drain(ctx)
     return link
 

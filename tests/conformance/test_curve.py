@@ -23,7 +23,8 @@ from nfgate.codecs.dcp.messages import Ping
 from nfgate.conformance.context import CaseContext, NoAnswer
 from nfgate.conformance.curve import SuiteCurve, load_curve
 from nfgate.conformance.model import Clause, RunOptions
-from nfgate.conformance.registry import Session, find_role
+from nfgate.conformance.registry import Session, find_role, select
+from nfgate.conformance.runner import run
 from tests.gateway.conftest import Running, finish, start_gateway
 
 from .conftest import HEARTBEAT_MS, assert_all_pass, explain, run_suite
@@ -270,3 +271,41 @@ def test_a_send_with_no_connection_to_send_on_gives_up_at_the_timeout() -> None:
         session.close()
         server.close(0)
         ctx.term()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("suite_curve", [False, True])
+def test_a_worker_whose_handshake_fails_is_told_why(
+    keys: dict[str, Path], monkeypatch: pytest.MonkeyPatch, suite_curve: bool
+) -> None:
+    """The suite binds (worker role); the worker under test connects with CURVE while the
+    suite runs none, or with another server key while it runs CURVE. It is never heard,
+    and the cases say why rather than only "no READY"."""
+    import nfgate.conformance.link as link_module
+
+    monkeypatch.setattr(link_module, "CONNECT_WAIT_S", 1.0)
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    worker = ctx.socket(zmq.DEALER)
+    worker.setsockopt(zmq.LINGER, 0)
+    public, secret = zmq.curve_keypair()
+    wrong_server, _ = zmq.curve_keypair()
+    worker.curve_serverkey, worker.curve_publickey, worker.curve_secretkey = wrong_server, public, secret
+    worker.connect(endpoint)  # libzmq retries until the suite binds
+    curve = load_curve(None, keys["suite_secret"], binds=True, codec="nfp") if suite_curve else None
+    announced: list[str] = []
+    try:
+        found = find_role("nfp", "worker")
+        options = RunOptions(
+            protocol="nfp", role="worker", endpoint=endpoint, timeout_s=0.5, heartbeat_ms=200, curve=curve
+        )
+        report = run(found, options, select(found, ("NFP-WORKER-7.1",), ()), announce=announced.append)
+    finally:
+        worker.close(0)
+        ctx.term()
+    # Without CURVE in the suite: "runs a ZeroMQ security mechanism (CURVE?): give the
+    # suite a key pair with --curve-secret-key", or, when the worker closed before the
+    # suite's error reached it (a loaded machine), the handshake failure naming the option.
+    why = "does it use the suite's public key" if suite_curve else "--curve-secret-key"
+    assert any(why in line for line in announced), announced
+    assert why in report.results[0].reason, report.results[0].reason
