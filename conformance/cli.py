@@ -20,6 +20,7 @@ from nfgate.conformance.registry import find_role, select
 from nfgate.conformance.report import write_reports
 from nfgate.conformance.report.console import case_line, summary
 from nfgate.conformance.runner import run
+from nfgate.conformance.tls import load_tls
 from nfgate.errors import NfgateError
 
 __all__ = ["conformance"]
@@ -106,6 +107,27 @@ def _usage(message: str) -> None:
     help="The suite's own ZeroMQ secret certificate: its CURVE server keys where it binds (worker, "
     "server roles), its client keys where it connects (default: a pair made for the run).",
 )
+@click.option(
+    "--tls-ca",
+    type=NonEmptyPath(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="MemoDB over tls+tcp://: the CA (PEM) the broker's certificate must be signed by; where the "
+    "suite listens, the CA a worker's certificate must be signed by.",
+)
+@click.option(
+    "--tls-cert-key",
+    type=NonEmptyPath(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="MemoDB over tls+tcp://: the suite's certificate and key in one PEM file (needed where it listens).",
+)
+@click.option(
+    "--tls-server-name",
+    default=None,
+    metavar="NAME",
+    help="MemoDB over tls+tcp://: the name the broker's certificate must carry (default: the endpoint's host).",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the cases and exit without running them.")
 @click.option(
     "--report",
@@ -126,6 +148,9 @@ def conformance(
     dialect: str,
     curve_server_key: str | None,
     curve_secret_key: Path | None,
+    tls_ca: Path | None,
+    tls_cert_key: Path | None,
+    tls_server_name: str | None,
     list_only: bool,
     report_dir: Path | None,
 ) -> None:
@@ -161,6 +186,9 @@ def conformance(
             _usage(f"cannot write the report to {report_dir}: not writable")
     try:
         curve = load_curve(curve_server_key, curve_secret_key, binds=found.binds, codec=found.codec)
+        tls = load_tls(
+            tls_ca, tls_cert_key, tls_server_name, binds=found.binds, codec=found.codec, endpoint=endpoint
+        )
     except NfgateError as exc:
         _usage(str(exc))
         return
@@ -173,6 +201,7 @@ def conformance(
         heartbeat_ms=heartbeat_ms,
         strict=strict,
         curve=curve,
+        tls=tls,
     )
     colour = sys.stdout.isatty()
     done = 0

@@ -145,6 +145,7 @@ class RunOptions:
     liveness: int = 6  # intervals of silence before a peer counts as gone (NorFab: 6)
     strict: bool = False
     curve: SuiteCurve | None = None  # CURVE on the suite's sockets (conformance/curve.py)
+    tls: Any = None  # pynng.TLSConfig for a tls+tcp:// MemoDB peer (conformance/tls.py)
 
 
 @attrs.frozen(kw_only=True)
@@ -215,6 +216,7 @@ class RunReport:
                 "liveness": o.liveness,
                 "strict": o.strict,
                 "curve": o.curve.describe() if o.curve is not None else None,
+                "tls": o.tls is not None,
             },
             "started": self.started,
             "duration_s": round(self.duration_s, 3),

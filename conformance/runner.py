@@ -29,6 +29,7 @@ from nfgate.conformance.model import (
     violation_verdict,
 )
 from nfgate.conformance.registry import Role, Session
+from nfgate.conformance.tls import secure_nng
 from nfgate.errors import TransportError
 from nfgate.transports import port_problem
 
@@ -87,6 +88,7 @@ def _check_address(role: Role, options: RunOptions, context: zmq.Context[zmq.Soc
         if role.codec == "memodb":  # NNG: pynng dials without waiting for the peer
             nng = pynng.Req0()
             try:
+                secure_nng(nng, options.tls)
                 nng.dial(endpoint, block=False)
             finally:
                 nng.close()

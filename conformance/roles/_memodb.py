@@ -18,6 +18,7 @@ import pynng
 from nfgate.codecs._base import Message
 from nfgate.conformance.context import CaseContext, NoAnswer, Received
 from nfgate.conformance.model import Clause
+from nfgate.conformance.tls import secure_nng
 
 __all__ = [
     "SECTIONS",
@@ -141,6 +142,7 @@ class Sockets:
         self.open.append(sock)
         url = endpoint or self.ctx.options.endpoint
         try:
+            secure_nng(sock, self.ctx.options.tls)
             sock.dial(url, block=False)
         except pynng.NNGException as exc:
             raise NoAnswer(f"connection to {url} ({exc})", 0.0) from None

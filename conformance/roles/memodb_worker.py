@@ -22,6 +22,7 @@ from nfgate.conformance.model import Clause
 from nfgate.conformance.registry import Role, Session, register_role
 from nfgate.conformance.roles import _memodb
 from nfgate.conformance.roles._memodb import NngPeer, clause
+from nfgate.conformance.tls import secure_nng
 from nfgate.errors import TransportError
 
 SETUP_CLAUSE = Clause(
@@ -111,13 +112,15 @@ def setup(session: Session) -> None:
     sock = pynng.Rep0()
     url = session.options.endpoint
     try:
+        secure_nng(sock, session.options.tls)
         sock.listen(url)
     except pynng.NNGException as exc:
         sock.close()
         raise TransportError(f"cannot bind {url}: {exc}") from None
     session.state["rep"] = sock
-    if url.startswith("tcp://") and url.endswith(":0") and sock.listeners:
-        url = f"tcp://{sock.listeners[0].local_address}"  # port 0: say which port was picked
+    scheme = url.partition("://")[0]
+    if scheme in ("tcp", "tls+tcp") and url.endswith(":0") and sock.listeners:
+        url = f"{scheme}://{sock.listeners[0].local_address}"  # port 0: say which port was picked
     session.announce(f"listening on {url}: start the worker under test there")
     await_hello(session, _hello, SETUP_CLAUSE)
 

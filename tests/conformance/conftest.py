@@ -45,6 +45,7 @@ def run_suite(
     include: tuple[str, ...] = (),
     exclude: tuple[str, ...] = (),
     curve: SuiteCurve | None = None,
+    tls: object = None,
 ) -> RunReport:
     found = find_role(protocol, role)
     options = RunOptions(
@@ -55,6 +56,7 @@ def run_suite(
         timeout_s=timeout_s,
         heartbeat_ms=heartbeat_ms,
         curve=curve,
+        tls=tls,
     )
     return run(found, options, select(found, include, exclude))
 

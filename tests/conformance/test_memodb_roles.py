@@ -51,10 +51,17 @@ class TinyMemodbWorker(threading.Thread):
     ID in its messages, DISCONNECT ignored (it answers with a HEARTBEAT)."""
 
     def __init__(
-        self, endpoint: str, services: tuple[str, ...], *, sloppy: bool = False, lifetime_s: float = 90.0
+        self,
+        endpoint: str,
+        services: tuple[str, ...],
+        *,
+        sloppy: bool = False,
+        lifetime_s: float = 90.0,
+        tls: pynng.TLSConfig | None = None,
     ) -> None:
         super().__init__(daemon=True)
         self.endpoint = endpoint
+        self.tls = tls  # for a tls+tcp:// endpoint
         self.services = services
         self.sloppy = sloppy
         self.stopping = threading.Event()
@@ -67,6 +74,8 @@ class TinyMemodbWorker(threading.Thread):
 
     def run(self) -> None:
         with pynng.Req0(resend_time=600_000) as sock:
+            if self.tls is not None:
+                sock.tls_config = self.tls
             sock.dial(self.endpoint, block=False)
             ident = b""
             silent_since = time.monotonic()
