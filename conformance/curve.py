@@ -14,7 +14,7 @@ NorFab's clients do, from a ZeroMQ certificate file (NorFab's broker writes
   CURVE server with that key pair, and its public key is printed for the peer under
   test; any client key is accepted (no ZAP handler runs), as NorFab's broker does.
 
-CURVE is ZeroMQ's: MemoDB (NNG) has TLS instead, which the suite does not speak.
+CURVE is ZeroMQ's: MemoDB (NNG) has TLS instead (:mod:`nfgate.conformance.tls`).
 """
 
 from __future__ import annotations
@@ -184,8 +184,11 @@ def handshake_problem(
         sock.close(0)
     if not failed:
         return None
-    if curve is not None:
-        return f"the CURVE handshake with {url} failed ({failed}): is --curve-server-key its public key?"
+    if curve is not None:  # a plain peer may close before its error reaches us, too
+        return (
+            f"the CURVE handshake with {url} failed ({failed}): is --curve-server-key its public key, "
+            "and does it run CURVE at all?"
+        )
     # A CURVE server may close before its error reaches a plain client (EPIPE): say both.
     return (
         f"the ZeroMQ handshake with {url} failed ({failed}): is it a ZeroMQ peer? One running "

@@ -46,6 +46,10 @@ def load_tls(
     if not given and not secured:
         return None
     if codec != "memodb":
+        if not given:
+            raise ConfigError(
+                f"{endpoint}: tls+tcp:// is NNG's (MemoDB); ZeroMQ peers are on tcp://, with CURVE (--curve-*)"
+            )
         raise ConfigError("--tls-* options are for MemoDB (NNG); the ZeroMQ protocols have CURVE (--curve-*)")
     if not secured:
         raise ConfigError(f"--tls-* options need a tls+tcp:// endpoint, not {endpoint}")

@@ -74,7 +74,7 @@ def load_server_keys(secret_file: Path, allow: Path | None = None) -> Curve:
     """
     try:
         public, secret = zmq.auth.load_certificate(secret_file)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, IndexError) as exc:
         raise ConfigError(f"config: curve_secret_key: cannot read {secret_file}: {exc}") from None
     if not secret:
         raise ConfigError(
@@ -118,7 +118,10 @@ def read_public_key(value: str, what: str) -> bytes:
         raise ConfigError(
             f"{what}: {value!r} is neither a CURVE key (40 Z85 characters) nor a readable certificate file ({_why(exc)})"
         ) from None
-    except ValueError:  # no public-key line, or no file at all (pyzmq says "Invalid certificate file")
+    except (
+        ValueError,
+        IndexError,
+    ):  # no public-key line (or one pyzmq cannot split), or no file at all (pyzmq says "Invalid certificate file")
         public = None
     if public is None or not is_z85_key(public):
         raise ConfigError(
@@ -142,7 +145,7 @@ def client_keys(server_key: str, secret_file: Path | None, what: tuple[str, str]
         return ClientCurve(server_key=trusted, public_key=public, secret_key=secret)
     try:
         mine, own_secret = zmq.auth.load_certificate(secret_file)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, IndexError) as exc:
         why = _why(exc) if isinstance(exc, OSError) else str(exc)
         raise ConfigError(f"{what[1]}: cannot read {secret_file}: {why}") from None
     if mine is None or own_secret is None or not (is_z85_key(mine) and is_z85_key(own_secret)):
@@ -177,7 +180,7 @@ def _load_allow(folder: Path) -> frozenset[bytes]:
             public, _ = zmq.auth.load_certificate(path)
         except OSError as exc:
             raise ConfigError(f"config: curve_allow: cannot read {path}: {_why(exc)}") from None
-        except ValueError:  # no public-key line
+        except (ValueError, IndexError):  # no (readable) public-key line
             public = None
         if public is None or not is_z85_key(public):
             raise ConfigError(

@@ -76,11 +76,12 @@ def server_curve(settings: EdgeSettings) -> Curve | None:
     if curve is None and allow is not None:
         raise ConfigError(f"config: edges.{settings.protocol}.curve_allow needs curve_secret_key")
     if isinstance(secret, Path):
-        _warn_if_others_read(settings.name, secret)
+        warn_if_others_read(settings.name, secret)
     return curve
 
 
-def _warn_if_others_read(edge: str, secret: Path) -> None:
+def warn_if_others_read(edge: str, secret: Path) -> None:
+    """Log a WARNING when the secret key file ``secret`` can be read by other users."""
     # Not an error: the key is the operator's, and NorFab's own key files are 0644. But a
     # secret key other users can read lets them pose as this broker to every peer.
     try:

@@ -37,6 +37,7 @@ from nfgate.codecs._base import Message
 from nfgate.codecs.sada.messages import Intr, Pong, Rep, Req
 from nfgate.codecs.sada.session import Action, ServerState, piran_evidence, server_step
 from nfgate.edges import Decoding, Edge, EdgeSettings, WireCodec, WireCounts, WorkerAccess
+from nfgate.edges.router_edge import warn_if_others_read
 from nfgate.edges.sada_common import (
     DEFAULT_PROTO,
     WireCache,
@@ -72,6 +73,14 @@ class _Channel:
         self.offered: tuple[tuple[str, str], ...] = ()  # in the last INTR sent
 
 
+_HANDSHAKE_EVENTS = (
+    zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+
+
 def _client_curve(settings: EdgeSettings) -> ClientCurve | None:
     """The CURVE client keys the options name: ``curve_server_key``, the channels' public
     key (parsed when the config was loaded), and ``curve_secret_key``, the edge's own
@@ -84,6 +93,8 @@ def _client_curve(settings: EdgeSettings) -> ClientCurve | None:
         return None
     names = (f"{where}.curve_server_key", f"{where}.curve_secret_key")
     own = secret if isinstance(secret, Path) else None
+    if own is not None:
+        warn_if_others_read(settings.name, own)
     return client_keys(cast("bytes", server_key).decode("ascii"), own, names)
 
 
@@ -97,6 +108,7 @@ class SadaServerEdge(Edge, Decoding):
         "connections",
         "deliver_unknown",
         "empty_service",
+        "handshake_failed",
         "intr_sent",
         "unencodable",
         "unexpected",
@@ -137,7 +149,7 @@ class SadaServerEdge(Edge, Decoding):
         self._monitor: zmq.Socket[bytes] | None = None
         try:
             if self._channels:
-                self._monitor = self.transport.socket.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+                self._monitor = self.transport.socket.get_monitor_socket(_HANDSHAKE_EVENTS)
             for channel in self._channels.values():
                 connect(self.transport, channel.url, channel.identity)
         except Exception:
@@ -230,10 +242,36 @@ class SadaServerEdge(Edge, Decoding):
             except zmq.Again:
                 return
             url = event["endpoint"].decode("utf-8", "replace") if isinstance(event["endpoint"], bytes) else ""
+            if event["event"] != zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._handshake_failed(url, event["event"], event["value"])
+                continue
             matched = [c for c in self._channels.values() if c.url == url] or list(self._channels.values())
             for channel in matched:
                 self.counters["connections"] += 1
                 self._intr(channel)
+
+    def _handshake_failed(self, url: str, kind: int, value: int) -> None:
+        """A channel's ZeroMQ handshake failed (libzmq retries, but a CURVE set-up that
+        does not match never succeeds): counted, and a WARNING at most once a minute
+        naming the likely cause, or the operator would see nothing at all."""
+        self.counters["handshake_failed"] += 1
+        curve = bool(self.curve_client_key)
+        if (
+            kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+        ):
+            why = (
+                "the channel does not run CURVE: leave out curve_server_key"
+                if curve
+                else "the channel runs CURVE: give its public key as curve_server_key"
+            )
+        elif kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            why = f"the channel refused this edge's CURVE key (ZAP status {value}): list {self.curve_client_key}"
+        elif curve:
+            why = "is curve_server_key the channel's public key, and does it run CURVE?"
+        else:
+            why = "is it a ZeroMQ peer? One running CURVE needs curve_server_key"
+        self.malformed("handshake_failed", url or "a channel", f"the handshake failed ({value}): {why}")
 
     def receive(self, now_ms: int, budget: int) -> list[Command]:
         self._connections(budget)
