@@ -45,15 +45,16 @@ def path_option(value: object, where: str, base: Path) -> Path | None:
     return base / Path(value).expanduser()
 
 
-def curve_key_option(value: object, where: str, base: Path) -> bytes | None:
-    """A CURVE public key: its 40 Z85 characters, or a ZeroMQ certificate file (relative
-    to the config file's folder) holding one, read now."""
+def curve_key_option(value: object, where: str, base: Path) -> str | None:
+    """A CURVE public key: its 40 Z85 characters, or the path of a ZeroMQ certificate
+    file holding one (relative to the config file's folder), read when the edge is
+    built (a disabled edge's file need not exist)."""
     if value is None:
         return None
     if not isinstance(value, str) or not value:
         raise ConfigError(f"config: {where} must be a CURVE key (40 Z85 characters) or a certificate file")
-    from nfgate.transports.curve import is_z85_key, read_public_key  # pyzmq: only for CURVE configs
+    from nfgate.transports.curve import is_z85_key  # pyzmq: only for CURVE configs
 
     if is_z85_key(value.encode("ascii", "replace")):
-        return value.encode("ascii")
-    return read_public_key(str(base / Path(value).expanduser()), f"config: {where}")
+        return value
+    return str(base / Path(value).expanduser())

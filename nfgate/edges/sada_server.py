@@ -83,7 +83,7 @@ _HANDSHAKE_EVENTS = (
 
 def _client_curve(settings: EdgeSettings) -> ClientCurve | None:
     """The CURVE client keys the options name: ``curve_server_key``, the channels' public
-    key (parsed when the config was loaded), and ``curve_secret_key``, the edge's own
+    key (Z85 text or a certificate file's path), and ``curve_secret_key``, the edge's own
     pair (default: one made at start). Raises :class:`ConfigError` naming the key."""
     opts, where = settings.options, f"config: edges.{settings.protocol}"
     server_key, secret = opts.get("curve_server_key"), opts.get("curve_secret_key")
@@ -95,7 +95,7 @@ def _client_curve(settings: EdgeSettings) -> ClientCurve | None:
     own = secret if isinstance(secret, Path) else None
     if own is not None:
         warn_if_others_read(settings.name, own)
-    return client_keys(cast("bytes", server_key).decode("ascii"), own, names)
+    return client_keys(cast("str", server_key), own, names)
 
 
 class SadaServerEdge(Edge, Decoding):
