@@ -274,6 +274,7 @@ class Peers:
         self.marker_dir = self.base_dir / "markers"
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.clients: list[subprocess.Popen[bytes]] = []
+        self.python = sys.executable  # the interpreter (and so the NorFab) the peers run on
 
     def logs(self) -> str:
         return render_logs(self.log_dir)
@@ -284,7 +285,7 @@ class Peers:
         stdout_path = self.log_dir / f"{label}.out"
         with open(stdout_path, "wb") as out, open(self.log_dir / f"{label}.err", "wb") as err:
             proc = subprocess.Popen(
-                [sys.executable, str(PEER), *args],
+                [self.python, str(PEER), *args],
                 stdout=out,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
