@@ -216,6 +216,12 @@ class NfpJobs:
                 dialect,
                 Response(header=BROKER, service=service, uuid=uuid, status=Status.OK, body=(merged,)),
             )
+            if job is not None and peer.address == job.client:
+                # A job some workers have not finished: their part of the GET goes on to
+                # them, as NorFab's broker sends a GET to every worker it names (NorFab
+                # 0.24 clients name the finished ones too), so a question (102) still
+                # reaches a client that polls.
+                self._edge.poll(job.core_id)
             return
         for r in results:
             self._send(

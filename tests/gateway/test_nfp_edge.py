@@ -266,6 +266,34 @@ def test_a_norfab_clients_get_of_a_running_job_is_answered_by_its_worker(gw: Run
     assert quiet(w, 200)
 
 
+def test_a_get_naming_finished_and_running_workers_reaches_the_running_ones(gw: Running) -> None:
+    # NorFab 0.24 clients poll with a GET naming every worker of the job, finished or
+    # not. The finished ones' results come from the store; the GET still goes on to the
+    # workers running, as NorFab's broker sends it to each, so a question (102) from one
+    # of them reaches the client.
+    w1, w2 = norfab_worker(gw, "nf", b"nfw1"), norfab_worker(gw, "nf", b"nfw2")
+    client = gw.dealer("nfp", b"c1")
+    job = post(client, "nf", b'{"task":"t","kwargs":{},"args":[]}', target="all", dialect="norfab")
+    assert get(client, "norfab").status == 202  # type: ignore[attr-defined]
+    assert isinstance(get(w1, "norfab"), Post) and isinstance(get(w2, "norfab"), Post)
+    result = b'{"nfw1":{"result":1,"failed":false}}'
+    send(w1, Response(header=WORKER, client=b"c1", uuid=job, status=200, body=(result,)), "norfab")
+    first = get(client, "norfab")
+    assert first.status == 200 and "nfw1" in json.loads(first.body[0])  # type: ignore[attr-defined]
+    send(
+        client, Get(header=CLIENT, service="nf", target='["nfw1","nfw2"]', uuid=job, body=(b"{}",)), "norfab"
+    )
+    stored = get(client, "norfab")
+    assert stored.status == 200 and set(json.loads(stored.body[0])) == {"nfw1"}  # type: ignore[attr-defined]
+    asked = get(w2, "norfab")
+    assert isinstance(asked, Get) and asked.uuid == job and asked.client == b"c1"
+    assert quiet(w1, 200)  # the finished worker is not asked
+    question = b'{"worker":"nfw2","status":"WAITING_CLIENT_INPUT","input_request":{"id":"q1"}}'
+    send(w2, Response(header=WORKER, client=b"c1", uuid=job, status=102, body=(question,)), "norfab")
+    waiting = get(client, "norfab")
+    assert isinstance(waiting, Response) and waiting.status == 102 and waiting.body == (question,)
+
+
 def test_a_get_from_another_socket_than_the_jobs_client_is_answered_by_the_gateway(gw: Running) -> None:
     # The worker answers a passed-on GET to the job's client: a NorFab client back under
     # a new identity (a restarted process) would get nothing, and the job's own client
