@@ -27,9 +27,19 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from nfgate.errors import ConfigError
-from nfgate.transports.curve import ClientCurve, client_keys, enable_client, load_server_keys
+from nfgate.transports.curve import (
+    HANDSHAKE_EVENTS,
+    ClientCurve,
+    Curve,
+    client_keys,
+    enable_client,
+    enable_server,
+    handshake_failure,
+    load_server_keys,
+)
 
 __all__ = [
+    "SUITE_DOMAIN",
     "HandshakeWatch",
     "SuiteCurve",
     "bind_secured",
@@ -40,25 +50,28 @@ __all__ = [
 ]
 
 
+SUITE_DOMAIN = "nfgate-conformance"  # the ZAP domain of the suite's CURVE server sockets
+
+
 @attrs.frozen(kw_only=True)
 class SuiteCurve:
     """The suite's CURVE settings for one run: as a client of the peer (``client``), or
-    as a CURVE server with its own pair (``server_public`` and ``server_secret``, Z85
-    text as bytes)."""
+    as a CURVE server with its own pair (``server``, no client allow-list)."""
 
     client: ClientCurve | None = None
-    server_public: bytes = b""
-    server_secret: bytes = attrs.field(default=b"", repr=False)
+    server: Curve | None = None
 
     @property
     def public_key(self) -> bytes:
         """The suite's own public key (for the peer under test)."""
-        return self.client.public_key if self.client is not None else self.server_public
+        if self.client is not None:
+            return self.client.public_key
+        return self.server.public_key if self.server is not None else b""
 
     def describe(self) -> dict[str, str]:
         """For the report: the suite's part and the public keys (never a secret one)."""
         if self.client is None:
-            return {"as": "server", "public_key": self.server_public.decode()}
+            return {"as": "server", "public_key": self.public_key.decode()}
         return {
             "as": "client",
             "server_key": self.client.server_key.decode(),
@@ -91,7 +104,7 @@ def load_curve(
             server = load_server_keys(secret_file or Path())
         except ConfigError as exc:  # worded for the gateway's config: say the option
             raise ConfigError(str(exc).replace("config: curve_secret_key", "--curve-secret-key", 1)) from None
-        return SuiteCurve(server_public=server.public_key, server_secret=server.secret_key)
+        return SuiteCurve(server=server)
     if server_key is None:
         raise ConfigError(
             "--curve-secret-key alone: the suite connects here, so it needs the peer's public "
@@ -118,19 +131,9 @@ def bind_secured(sock: zmq.Socket[bytes], url: str, curve: SuiteCurve | None) ->
     """``sock.bind(url)``, as a CURVE server when the run has the suite's own key pair
     (any client key is taken: no ZAP handler runs). Raises what ``bind`` raises
     (:class:`zmq.ZMQError`)."""
-    if curve is not None and curve.server_secret:
-        sock.curve_secretkey = curve.server_secret
-        sock.curve_publickey = curve.server_public
-        sock.curve_server = True
+    if curve is not None and curve.server is not None:
+        enable_server(sock, curve.server, SUITE_DOMAIN)
     sock.bind(url)
-
-
-_HANDSHAKE_EVENTS = (
-    zmq.EVENT_HANDSHAKE_SUCCEEDED
-    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-)
 
 
 def handshake_problem(
@@ -146,7 +149,7 @@ def handshake_problem(
     """
     sock = context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
-    monitor = sock.get_monitor_socket(_HANDSHAKE_EVENTS)
+    monitor = sock.get_monitor_socket(HANDSHAKE_EVENTS)
     failed = ""
     try:
         secure_connect(sock, curve)
@@ -160,17 +163,15 @@ def handshake_problem(
             kind, value = event["event"], event["value"]
             if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 return None
-            if (
-                kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
-            ):
+            failure = handshake_failure(kind, value)
+            if failure == "mechanism":
                 if curve is None:
                     return (
                         f"{url} runs a ZeroMQ security mechanism (CURVE, as NorFab does by default): "
                         "give its public key with --curve-server-key"
                     )
                 return f"{url} does not run CURVE: leave out --curve-server-key"
-            if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            if failure == "refused":
                 return (
                     f"{url} refused the suite's CURVE key (ZAP status {value}): give the certificate "
                     "of a key it allows with --curve-secret-key"
@@ -218,10 +219,7 @@ class HandshakeWatch:
                 break
             event = recv_monitor_message(self._monitor)
             self._failure = (event["event"], event["value"])
-            self._mismatch |= self._failure == (
-                zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
-                zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH,
-            )
+            self._mismatch |= handshake_failure(*self._failure) == "mechanism"
         if self._failure is None:
             return None
         kind, value = self._failure

@@ -36,10 +36,12 @@ from nfgate.errors import ConfigError
 __all__ = [
     "ClientCurve",
     "Curve",
+    "HANDSHAKE_EVENTS",
     "Guard",
     "client_keys",
     "enable_client",
     "enable_server",
+    "handshake_failure",
     "is_z85_key",
     "load_server_keys",
     "read_public_key",
@@ -154,6 +156,28 @@ def client_keys(server_key: str, secret_file: Path | None, what: tuple[str, str]
             "the .key_secret file, is needed)"
         )
     return ClientCurve(server_key=trusted, public_key=mine, secret_key=own_secret)
+
+
+HANDSHAKE_EVENTS = (
+    zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+"""The socket-monitor events of a ZeroMQ handshake, for telling a CURVE set-up that
+cannot work (:func:`handshake_failure`) from a peer that is only not there yet."""
+
+
+def handshake_failure(kind: int, value: int) -> str:
+    """What a failed-handshake monitor event (``kind``, ``value``) says: "mechanism" (one
+    side runs CURVE and the other does not: libzmq never retries it), "refused" (the
+    server's ZAP handler refused the client key) or "failed" (anything else: another
+    server key, a peer that closed before its error arrived). Never raises."""
+    if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+        return "mechanism"
+    if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return "refused"
+    return "failed"
 
 
 def enable_client(sock: zmq.Socket[bytes], curve: ClientCurve) -> None:

@@ -52,7 +52,13 @@ from nfgate.errors import ConfigError, EncodeError
 from nfgate.model import Command, Request
 from nfgate.routing_types import Accepted, Deliver, Output
 from nfgate.store import JobStore
-from nfgate.transports.curve import ClientCurve, client_keys, enable_client
+from nfgate.transports.curve import (
+    HANDSHAKE_EVENTS,
+    ClientCurve,
+    client_keys,
+    enable_client,
+    handshake_failure,
+)
 
 __all__ = ["SadaServerEdge", "make"]
 
@@ -71,14 +77,6 @@ class _Channel:
         # request id -> service name of each REQ not answered yet: what a drain still offers.
         self.held: dict[str, str] = {}
         self.offered: tuple[tuple[str, str], ...] = ()  # in the last INTR sent
-
-
-_HANDSHAKE_EVENTS = (
-    zmq.EVENT_HANDSHAKE_SUCCEEDED
-    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-)
 
 
 def _client_curve(settings: EdgeSettings) -> ClientCurve | None:
@@ -149,7 +147,7 @@ class SadaServerEdge(Edge, Decoding):
         self._monitor: zmq.Socket[bytes] | None = None
         try:
             if self._channels:
-                self._monitor = self.transport.socket.get_monitor_socket(_HANDSHAKE_EVENTS)
+                self._monitor = self.transport.socket.get_monitor_socket(HANDSHAKE_EVENTS)
             for channel in self._channels.values():
                 connect(self.transport, channel.url, channel.identity)
         except Exception:
@@ -256,16 +254,14 @@ class SadaServerEdge(Edge, Decoding):
         naming the likely cause, or the operator would see nothing at all."""
         self.counters["handshake_failed"] += 1
         curve = bool(self.curve_client_key)
-        if (
-            kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-            and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
-        ):
+        failure = handshake_failure(kind, value)
+        if failure == "mechanism":
             why = (
                 "the channel does not run CURVE: leave out curve_server_key"
                 if curve
                 else "the channel runs CURVE: give its public key as curve_server_key"
             )
-        elif kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        elif failure == "refused":
             why = f"the channel refused this edge's CURVE key (ZAP status {value}): list {self.curve_client_key}"
         elif curve:
             why = "is curve_server_key the channel's public key, and does it run CURVE?"
