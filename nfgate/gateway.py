@@ -34,7 +34,16 @@ import zmq
 from nfgate.edges import Edge, Traffic, peer_label
 from nfgate.model import Catalog, Command, Unregister
 from nfgate.routing import Router
-from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output, WorkerChange
+from nfgate.routing_types import (
+    LIMIT_REASONS,
+    Abort,
+    Accepted,
+    Deliver,
+    Dispatch,
+    Evict,
+    Output,
+    WorkerChange,
+)
 
 __all__ = ["Gateway", "LogRing", "monotonic_ms"]
 
@@ -386,6 +395,8 @@ class Gateway:
                     # One output's bug costs that output, not the others of the same
                     # chunk (other peers' requests and replies) still in this deque.
                     try:
+                        if isinstance(output, Deliver) and output.reason in LIMIT_REASONS:
+                            edge.limit_hit(output)
                         pending.extend(edge.emit(output, now))
                     except Exception:
                         self._bug(edge, f"emit of {type(output).__name__}")
@@ -436,6 +447,8 @@ class Gateway:
                 edge = self._edge_for(output)
                 if edge is not None:
                     try:
+                        if isinstance(output, Deliver) and output.reason in LIMIT_REASONS:
+                            edge.limit_hit(output)
                         commands = edge.emit(output, now)
                     except Exception:
                         self._bug(edge, f"emit of {type(output).__name__} at a tick")

@@ -51,6 +51,9 @@ from nfgate.queues import (
 )
 from nfgate.routing_types import (
     COUNTERS,
+    GATEWAY_QUEUE_FULL,
+    QUEUE_EXPIRED,
+    SERVICE_QUEUE_FULL,
     STATUS_CANCELLED,
     Abort,
     Accepted,
@@ -164,7 +167,7 @@ class Router(WorkerSide):
                 continue
             self._unqueue(part)
             self._stats["expired"] += 1
-            self._finish(part, Event.EXPIRE, Status.REQUEST_TIMEOUT, "no worker within the queue expiry", out)
+            self._finish(part, Event.EXPIRE, Status.REQUEST_TIMEOUT, QUEUE_EXPIRED, out)
         heap = self._timeouts
         while heap and heap[0][0] <= now_ms:
             _, _, dseq, part = heapq.heappop(heap)
@@ -265,9 +268,9 @@ class Router(WorkerSide):
         if self._closing and not chained:
             full = "gateway shutting down"
         elif self._queued_count.get(name, 0) >= self._cfg.max_queue_per_service:
-            full = "service queue full"
+            full = SERVICE_QUEUE_FULL
         elif len(self._waiting) >= self._cfg.max_queued and not self._free.get(name):
-            full = "gateway queue full"  # a request a free worker takes at once still goes
+            full = GATEWAY_QUEUE_FULL  # a request a free worker takes at once still goes
         if full:
             self._stats["rejected"] += 1
             reply = Reply(id=req.id, status=Status.UNAVAILABLE)

@@ -16,6 +16,15 @@ from nfgate.model import Catalog, Peer, Reply, Request, ServiceRef
 
 STATUS_CANCELLED: Final = 410  # not in model.Status: only the core emits it
 
+# Why the core refused or ended a request at one of its limits (Deliver.reason).
+# design.md: "A limit hit is a counter, a log line and the protocol's error reply":
+# the core counts it (rejected, expired), the gateway logs it (Edge.limit_hit), the
+# client's edge answers it in its protocol's terms.
+SERVICE_QUEUE_FULL: Final = "service queue full"
+GATEWAY_QUEUE_FULL: Final = "gateway queue full"
+QUEUE_EXPIRED: Final = "no worker within the queue expiry"
+LIMIT_REASONS: Final = frozenset({SERVICE_QUEUE_FULL, GATEWAY_QUEUE_FULL, QUEUE_EXPIRED})
+
 COUNTERS: Final = (
     "accepted",
     "rejected",

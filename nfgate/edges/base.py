@@ -16,7 +16,7 @@ import zmq
 
 from nfgate.codecs._base import Message
 from nfgate.model import Command, Peer, ServiceRef
-from nfgate.routing_types import Output
+from nfgate.routing_types import QUEUE_EXPIRED, Deliver, Output
 from nfgate.transports.zmq import Limits, identity_label
 
 if TYPE_CHECKING:
@@ -334,13 +334,25 @@ class Edge(abc.ABC):
         """The transport dropped a message from ``identity`` for a limit (counted there)."""
         self.malformed(what, peer_label(identity), reason)
 
+    def limit_hit(self, out: Deliver) -> None:
+        """Log a request of this edge's client that the core refused or ended at one of
+        its limits (``out.reason`` in :data:`nfgate.routing_types.LIMIT_REASONS`; the
+        core counted it, this edge answers it): design.md, "A limit hit is a counter, a
+        log line and the protocol's error reply". Rate-limited as :meth:`malformed`:
+        a full queue refuses many requests in a row."""
+        request = out.request
+        kind = "queue_expired" if out.reason == QUEUE_EXPIRED else "queue_full"
+        detail = f"request for {request.service.name!r} ({out.reply.status}): {out.reason}"
+        self.malformed(kind, peer_label(request.reply_to.address), detail)
+
     def malformed(self, what: str, source: str, reason: str) -> None:
         """Log a message that is not the protocol at all (already counted): each at
         DEBUG, and a WARNING for the first and then at most one a minute with the number
         since, so that an operator at INFO learns that a peer speaks something else (a
         misconfigured client, another protocol on the port) without a line per message,
         which a hostile peer could turn into a flood of the log. Each kind (``what``)
-        has its own minute: one kind's flood does not hide another's first warning."""
+        has its own minute: one kind's flood does not hide another's first warning.
+        (:meth:`limit_hit` logs the requests a limit refused the same way.)"""
         unwarned, warn_at = self._malformed.get(what, (0, 0.0))
         now = _clock()
         if now < warn_at:

@@ -1,0 +1,77 @@
+"""design.md, "Durability, security, limits": "A limit hit is a counter, a log line and
+the protocol's error reply". The queue limits (a full service queue, a request with no
+worker past the queue expiry) for clients of every protocol, not only NFP's."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import zmq
+
+from nfgate.codecs import nfp, sada
+from nfgate.codecs.nfp.messages import CLIENT, Open, Post, Response
+from nfgate.codecs.sada.messages import PROTO_ASCII, Rep, Req
+
+from .conftest import recv, running_on
+
+pytestmark = pytest.mark.timeout(60)
+
+LIMITS = """
+[routing]
+queue_expiry_ms = 300
+max_queue_per_service = 1
+"""
+
+
+def _sada_req(sock: zmq.Socket[bytes], request_id: str) -> None:
+    req = Req(
+        proto=PROTO_ASCII,
+        request_id=request_id,
+        service="nobody",
+        version="1",
+        category="c",
+        action="a",
+        payload=b"x",
+    )
+    sock.send_multipart(sada.encode(req))
+
+
+def _lines(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+def test_queue_limits_hit_by_a_sada_client_are_logged_counted_and_answered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="nfgate"), running_on(tmp_path, LIMITS) as gw:
+        client = gw.dealer("sada")
+        _sada_req(client, "RQ-queued-1")
+        _sada_req(client, "RQ-refused")  # the service's queue holds one: refused at once
+        answers = [sada.decode(recv(client)) for _ in range(2)]
+        assert [(a.request_id, a.status) for a in answers if isinstance(a, Rep)] == [
+            ("RQ-refused", 503),  # queue full
+            ("RQ-queued-1", 503),  # no worker within the queue expiry
+        ]
+        stats = gw.gateway.router.stats()
+        assert (stats["rejected"], stats["expired"]) == (1, 1)
+    full = _lines(caplog, "service queue full")
+    expired = _lines(caplog, "no worker within the queue expiry")
+    assert full and expired, "a limit hit gives a log line"
+    assert all(line.startswith("sada: ") for line in full + expired)
+    assert "'nobody'" in full[0] and "'nobody'" in expired[0]
+
+
+def test_an_nfp_job_past_the_queue_expiry_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="nfgate"), running_on(tmp_path, LIMITS) as gw:
+        client = gw.dealer("nfp")
+        client.send_multipart(nfp.encode(Open(header=CLIENT)))
+        recv(client)
+        client.send_multipart(
+            nfp.encode(Post(header=CLIENT, service="nobody", target="any", uuid="a" * 32, body=(b"{}",)))
+        )
+        statuses = [nfp.decode(recv(client)) for _ in range(2)]
+        assert [s.status for s in statuses if isinstance(s, Response)] == [202, 408]
+    expired = _lines(caplog, "no worker within the queue expiry")
+    assert expired and expired[0].startswith("nfp: "), "a limit hit gives a log line"
