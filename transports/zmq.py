@@ -91,9 +91,10 @@ class RouterEndpoint:
 
     capture_kind = "zmq"
     tap: Tap | None = None  # set by nfgate.capture when --capture is on
-    # Told of each message dropped for a limit: (counter name, peer identity, reason).
-    # The edge owning the socket logs it (nfgate.edges.Edge.dropped).
-    on_dropped: Callable[[str, bytes, str], None] | None = None
+    # Told of each message dropped for a limit: (counter name, peer identity, reason,
+    # the frames read before the limit). The edge owning the socket logs it and answers
+    # it where its protocol can (nfgate.edges.Edge.dropped).
+    on_dropped: Callable[[str, bytes, str, list[bytes]], None] | None = None
 
     def __init__(
         self,
@@ -174,19 +175,20 @@ class RouterEndpoint:
             self.tap("in", identity_label(parts[0]), parts[1:], truncated=cut)
         if left < 0:
             self.too_large += 1
-            self._dropped("too_large", parts[0], f"over {self.limits.max_message_bytes} bytes, dropped")
+            self._dropped("too_large", parts, f"over {self.limits.max_message_bytes} bytes, dropped")
             return None
         if len(parts) > room:
             self.oversized += 1
-            self._dropped("too_many_frames", parts[0], f"over {self.limits.max_frames} frames, dropped")
+            self._dropped("too_many_frames", parts, f"over {self.limits.max_frames} frames, dropped")
             return None
         return parts[0], parts[1:]
 
-    def _dropped(self, what: str, identity: bytes, reason: str) -> None:
+    def _dropped(self, what: str, parts: list[bytes], reason: str) -> None:
+        """``parts``: the identity, then the frames read before the limit."""
         if self.on_dropped is not None:
-            self.on_dropped(what, identity, reason)
+            self.on_dropped(what, parts[0], reason, parts[1:])
         else:
-            log.debug("%s: message from %s %s", self.url, identity_label(identity), reason)
+            log.debug("%s: message from %s %s", self.url, identity_label(parts[0]), reason)
 
     def send(self, identity: bytes, frames: Sequence[bytes], *, probe: bool = False) -> bool:
         """Send ``frames`` to the peer ``identity``; False if that peer is gone or its

@@ -330,9 +330,20 @@ class Edge(abc.ABC):
         else:
             log.debug("%s: %s from %s: %s", self.name, what, peer_label(peer.address), reason)
 
-    def dropped(self, what: str, identity: bytes, reason: str) -> None:
-        """The transport dropped a message from ``identity`` for a limit (counted there)."""
+    def dropped(self, what: str, identity: bytes, reason: str, frames: Sequence[bytes] = ()) -> None:
+        """The transport dropped a message from ``identity`` for a limit (counted there);
+        ``frames``: those it read before the limit. Logged, then answered where the
+        protocol can (:meth:`over_limit`)."""
         self.malformed(what, peer_label(identity), reason)
+        self.over_limit(identity, frames, reason)
+
+    def over_limit(self, identity: bytes, frames: Sequence[bytes], reason: str) -> None:
+        """Answer a request dropped for a limit with the protocol's error, when the
+        ``frames`` read before the limit say who to answer (NFP: a client's job uuid;
+        SADA: a REQ's request id). design.md: "A limit hit is a counter, a log line
+        and the protocol's error reply". The default: no answer (DCP and MemoDB have
+        no error reply; their clients time out and retry)."""
+        return
 
     def limit_hit(self, out: Deliver) -> None:
         """Log a request of this edge's client that the core refused or ended at one of

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import uuid as uuidlib
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from nfgate.codecs._base import Message
@@ -55,6 +55,7 @@ from nfgate.edges import (
     peer_label,
 )
 from nfgate.edges.kinds import NORFAB_WORKER_CAPACITY
+from nfgate.edges.nfp_job import over_limit_response
 from nfgate.edges.nfp_jobs import NfpJobs
 from nfgate.edges.nfp_retention import JobRetention
 from nfgate.edges.nfp_services import NfpOptions, NfpServices
@@ -210,6 +211,12 @@ class NfpEdge(RouterEdge):
     def _send_message(self, address: bytes, message: Message, dialect: str) -> bool:
         frames = self.encode(message, dialect)
         return frames is not None and self.send(address, frames)
+
+    def over_limit(self, identity: bytes, frames: Sequence[bytes], reason: str) -> None:
+        answer = over_limit_response(list(frames), reason)
+        if answer is not None:  # a client's job: its RESPONSE 400, not silence
+            self.counters["client_errors"] += 1
+            self._send_message(identity, *answer)
 
     # ------------------------------------------------------------------ input
 

@@ -9,9 +9,11 @@ import time
 from typing import Any
 
 from nfgate.codecs._base import load_json
+from nfgate.codecs.nfp import codec as wire
 from nfgate.codecs.nfp import session as nfpjson
-from nfgate.codecs.nfp.messages import BROKER, Event, Response, Stream
+from nfgate.codecs.nfp.messages import BROKER, CLIENT, Delete, Event, Get, Post, Put, Response, Stream
 from nfgate.codecs.nfp.targets import PSEUDO_SERVICE
+from nfgate.errors import DecodeError
 from nfgate.model import ALL, ANY, Status, Target, TargetKind
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "error_response",
     "job_target",
     "nfp_status",
+    "over_limit_response",
     "store_refusal",
     "to_target",
     "wall_ms",
@@ -78,6 +81,23 @@ def error_response(service: str, uuid: str, status: int, reason: str) -> Respons
     """The broker's RESPONSE with ``status`` and a NorFab-shaped error body naming ``reason``."""
     body = nfpjson.error_body(uuid, service, "FAILED", [reason])
     return Response(header=BROKER, service=service or "-", uuid=uuid or "-", status=status, body=(body,))
+
+
+def over_limit_response(frames: list[bytes], reason: str) -> tuple[Response, str] | None:
+    """The RESPONSE 400 (and the dialect to send it in) for a client's job message the
+    transport dropped for a limit, from ``frames``, those it read before the limit;
+    None when they do not hold a client's POST/GET/DELETE/PUT up to its uuid. 400, as
+    for a malformed job: sending the same message again cannot help. Never raises."""
+    head = [*frames[:6], b""]  # the envelope up to the uuid, and one empty body frame
+    dialect = wire.detect(head)
+    try:
+        msg = wire.decode(head, dialect)
+    except DecodeError:
+        return None
+    if not isinstance(msg, (Post, Get, Delete, Put)) or msg.header != CLIENT:
+        return None
+    reason = f"message over a limit ({reason}): not taken"
+    return error_response(msg.service or "", msg.uuid, Status.UNKNOWN, reason), dialect
 
 
 class Job:

@@ -330,8 +330,8 @@ class RouterEdge(Edge, Decoding):
         commands that tell the core (an ``Unregister`` with ``reason``)."""
         return []
 
-    def dropped(self, what: str, identity: bytes, reason: str) -> None:
-        super().dropped(what, identity, reason)
+    def dropped(self, what: str, identity: bytes, reason: str, frames: Sequence[bytes] = ()) -> None:
+        super().dropped(what, identity, reason, frames)
         if self.watches_connections and len(self._dropped_from) < MAX_DROPPED:
             self._dropped_from.append(identity)
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar, cast
 
@@ -214,6 +215,9 @@ class SadaChannelEdge(RouterEdge):
 
     def undecodable(self, address: bytes, frames: list[bytes]) -> None:
         self._reject(address, frames)
+
+    def over_limit(self, identity: bytes, frames: Sequence[bytes], reason: str) -> None:
+        self._reject(identity, list(frames))  # read up to its request id: REP 400
 
     def _reject(self, address: bytes, frames: list[bytes]) -> None:
         """A REQ that does not decode but whose request id reads is answered 400."""

@@ -196,6 +196,9 @@ class SadaServerEdge(Edge, Decoding):
         if rep is not None and channel is not None:
             self._send_message(channel, rep)
 
+    def over_limit(self, identity: bytes, frames: Sequence[bytes], reason: str) -> None:
+        self.undecodable(identity, list(frames))  # a REQ read up to its request id: REP 400
+
     def _for(self, channel: _Channel) -> tuple[tuple[str, str], ...]:
         """The services to introduce to ``channel``: all, or while draining only those of
         the REQs it left here."""

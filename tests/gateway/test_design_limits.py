@@ -75,3 +75,55 @@ def test_an_nfp_job_past_the_queue_expiry_is_logged(tmp_path: Path, caplog: pyte
         assert [s.status for s in statuses if isinstance(s, Response)] == [202, 408]
     expired = _lines(caplog, "no worker within the queue expiry")
     assert expired and expired[0].startswith("nfp: "), "a limit hit gives a log line"
+
+
+SMALL = """
+[limits]
+max_message_bytes = 1000
+max_frames = 10
+"""
+
+
+@pytest.mark.parametrize("dialect", ["spec", "norfab"])
+@pytest.mark.parametrize(
+    ("body", "what"),
+    [
+        (tuple(b"x" for _ in range(12)), "too_many_frames"),  # 5 envelope frames + 12 > 10
+        ((b"x" * 600, b"y" * 600), "too_large"),  # each frame under the limit, together over it
+    ],
+)
+def test_an_nfp_post_over_a_message_limit_is_answered_400(
+    tmp_path: Path, dialect: str, body: tuple[bytes, ...], what: str
+) -> None:
+    """A POST the transport drops for a limit is the client's error, not silence: the
+    uuid was read before the limit, so the client gets its RESPONSE 400 naming it."""
+    with running_on(tmp_path, SMALL) as gw:
+        client = gw.dealer("nfp")
+        if dialect == "spec":
+            client.send_multipart(nfp.encode(Open(header=CLIENT)))
+            recv(client)
+        uuid = "c" * 32
+        post = Post(header=CLIENT, service="echo", target="any", uuid=uuid, body=body)
+        client.send_multipart(nfp.encode(post, dialect))
+        answer = nfp.decode(recv(client))
+        assert isinstance(answer, Response) and (answer.uuid, answer.status) == (uuid, 400)
+        assert "limit" in answer.body[0].decode()
+        assert gw.gateway.edges["nfp"].stats()[what] == 1
+
+
+def test_a_sada_req_over_the_message_limit_is_answered_400(tmp_path: Path) -> None:
+    with running_on(tmp_path, SMALL) as gw:
+        client = gw.dealer("sada")
+        req = Req(
+            proto=PROTO_ASCII,
+            request_id="RQ-big",
+            service="echo",
+            version="1",
+            category="c",
+            action="a",
+            payload=b"x" * 990,  # under the limit alone, over it with the other frames
+        )
+        client.send_multipart(sada.encode(req))
+        answer = sada.decode(recv(client))
+        assert isinstance(answer, Rep) and (answer.request_id, answer.status) == ("RQ-big", 400)
+        assert gw.gateway.edges["sada"].stats()["too_large"] == 1
