@@ -16,8 +16,16 @@ import pytest
 from .protocols import PROTOCOLS
 from .vectors import load
 
-NFGATE = shutil.which("nfgate") or ""
-pytestmark = pytest.mark.skipif(not NFGATE, reason="the nfgate console script is not installed")
+# The script installed beside the interpreter running the tests (the install under test,
+# found even when its venv is not on PATH), else the one on PATH. The test extra always
+# installs it: a missing script is a packaging failure, not a reason to skip.
+_BESIDE = Path(sys.executable).with_name("nfgate")
+NFGATE = str(_BESIDE) if os.access(_BESIDE, os.X_OK) else shutil.which("nfgate") or ""
+
+
+@pytest.fixture(autouse=True)
+def _script_installed() -> None:
+    assert NFGATE, f"no nfgate console script beside {sys.executable} nor on PATH"
 
 
 def run(*args: str, stdin: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
