@@ -17,7 +17,7 @@ import pytest
 from nfgate.analysis.job import analyze, gateway_label, segments
 from nfgate.capture import Capture, CaptureConfig
 from nfgate.codecs import dcp, nfp
-from nfgate.errors import ConfigError
+from nfgate.errors import ConfigError, DecodeError
 from tests.analysis.conftest import JUNK, analyze_cli, table
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -46,7 +46,7 @@ def test_malformed_messages_are_listed_with_the_decoders_reason(run: dict[str, A
     malformed = table(run, "malformed")
     assert sorted(r["peer"] for r in malformed) == ["junk-dcp", "junk-nfp"]
     for row in malformed:
-        with pytest.raises(Exception) as caught:
+        with pytest.raises(DecodeError) as caught:
             (nfp if row["protocol"] == "nfp" else dcp).decode(JUNK[row["protocol"]])
         assert row["error"] == str(caught.value)
         assert row["preview"] == " ".join(f.hex() or "-" for f in JUNK[row["protocol"]])

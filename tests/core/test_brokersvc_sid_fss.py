@@ -324,7 +324,7 @@ def test_root_reached_through_a_symlink(tree: Path, tmp_path: Path) -> None:
 
 def fetch_all(root: fss.FileRoot, url: str, chunk_size: int) -> tuple[bytes, int]:
     data, offset, chunks = b"", 0, 0
-    while True:
+    for _ in range(1000):  # bounded: a reader that never says eof fails, not hangs
         status, chunk = call(root, "fetch_file", url=url, offset=offset, chunk_size=chunk_size)
         assert status == 200 and chunk["offset"] == offset and chunk["encoding"] == "base64"
         data += base64.b64decode(chunk["data"])
@@ -332,6 +332,7 @@ def fetch_all(root: fss.FileRoot, url: str, chunk_size: int) -> tuple[bytes, int
         chunks += 1
         if chunk["eof"]:
             return data, chunks
+    pytest.fail(f"no eof after {chunks} chunks ({offset} bytes) of {url}")
 
 
 def test_chunked_fetch_reassembles_exactly(tree: Path) -> None:
