@@ -25,7 +25,7 @@ from nfgate.conformance.curve import SuiteCurve, load_curve
 from nfgate.conformance.model import Clause, RunOptions
 from nfgate.conformance.registry import Session, find_role, select
 from nfgate.conformance.runner import run
-from tests.gateway.conftest import Running, finish, start_gateway
+from tests.gateway.conftest import Running, finish, start_gateway, until
 
 from .conftest import HEARTBEAT_MS, assert_all_pass, explain, run_suite
 from .peers import TinyDcpWorker, free_port
@@ -119,7 +119,8 @@ def test_sada_server_role_as_a_curve_server_against_the_sada_server_edge(
     worker = TinyDcpWorker(gateway.endpoint("dcp"), b"tiny", "spec", heartbeat_s=HEARTBEAT_MS / 1000)
     worker.start()
     try:
-        time.sleep(0.3)  # the worker registered: the gateway's INTR names "tiny"
+        # The worker registered, so that the gateway's INTR names "tiny".
+        until(lambda: any(w.peer.edge == "dcp" for w in gateway.gateway.router.workers()))
         curve = load_curve(None, keys["suite_secret"], binds=True, codec="sada")
         report = run_suite("sada", "server", channel_url, "spec", curve=curve)
     finally:

@@ -19,7 +19,7 @@ from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.conformance.model import RunReport, Verdict
 from nfgate.errors import DecodeError
 from nfgate.transports.curve import ClientCurve, enable_client
-from tests.gateway.conftest import Running, finish, start_gateway
+from tests.gateway.conftest import Running, finish, start_gateway, until
 
 from .conftest import assert_all_pass, explain, run_suite
 from .peers import SilentRouter, TinyDcpWorker, free_port
@@ -42,7 +42,8 @@ def run_server_suite(tmp_path: Path, gateway_dialect: str, dialect: str) -> RunR
     worker = TinyDcpWorker(gateway.endpoint("dcp"), b"tiny", "spec", heartbeat_s=HEARTBEAT_MS / 1000)
     worker.start()
     try:
-        time.sleep(0.3)  # the worker registered: the gateway's INTR names "tiny"
+        # The worker registered, so that the gateway's INTR names "tiny".
+        until(lambda: any(w.peer.edge == "dcp" for w in gateway.gateway.router.workers()))
         return run_suite("sada", "server", channel_url, dialect, heartbeat_ms=HEARTBEAT_MS)
     finally:
         worker.stop()
