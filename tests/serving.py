@@ -20,6 +20,16 @@ class Server:
         self.proc = proc
         self.endpoints = endpoints
         self.lines = lines
+        self.reader: threading.Thread | None = None  # reads stderr into lines after "ready"
+
+    def read_to_the_end(self, timeout: float = 10.0) -> list[str]:
+        """Every line the process wrote, once it has exited: waits (bounded) for the reader
+        to reach the end of stderr, so that a check that a line is absent sees them all."""
+        assert self.proc.poll() is not None, "the process is still running"
+        if self.reader is not None:
+            self.reader.join(timeout)
+            assert not self.reader.is_alive(), f"stderr not at its end {timeout} s after the exit"
+        return self.lines
 
 
 def start(*args: str, expect_ready: bool = True) -> Server:
@@ -43,7 +53,8 @@ def start(*args: str, expect_ready: bool = True) -> Server:
         if "nfgate: ready" in line:
             server = Server(proc, endpoints, lines)
             # Keep reading: a full stderr pipe would block the gateway's logging.
-            threading.Thread(target=_drain, args=(proc, lines), daemon=True).start()
+            server.reader = threading.Thread(target=_drain, args=(proc, lines), daemon=True)
+            server.reader.start()
             return server
     if expect_ready:
         proc.kill()
