@@ -30,7 +30,9 @@ def test_bind_random_port_send_and_receive_a_batch() -> None:
         got: list[tuple[bytes, tuple[str, int]]] = []
         for _ in range(50):  # bounded: loopback delivers at once, but wait for all five
             wait_readable(a)
-            got += a.recv_batch(3)  # at most 3 per call
+            batch = a.recv_batch(3)
+            assert 1 <= len(batch) <= 3, batch  # at most 3 per call
+            got += batch
             if len(got) == 5:
                 break
         assert [data for data, _ in got] == [b"d0", b"d1", b"d2", b"d3", b"d4"]
