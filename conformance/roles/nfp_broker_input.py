@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nfgate.codecs.nfp.messages import CLIENT
+from nfgate.codecs.nfp.messages import CLIENT, Response
 from nfgate.conformance.context import CaseContext, describe
 from nfgate.conformance.roles import _nfp
 from nfgate.conformance.roles._nfp import SPEC_STATUSES, clause
@@ -32,10 +32,40 @@ def _invalid_case(number: str, what: str) -> Callable[[CaseContext], None]:
     return run
 
 
+# 11.7 is not invalid: "A POST command consists of 7 or more frames", so one of 200 is
+# well formed, and a broker may take it, refuse it for a limit of its own (nfgate's
+# max_frames: RESPONSE 400) or drop it. It gets its own case below.
+MANY_FRAMES = "7"
+
 for _number, _what, _ in _nfp.malformed("spec", CLIENT):
-    ROLE.case(f"NFP-BROKER-11.{_number}", f"Invalid input: {_what}", clause("11", INVALID, "SHOULD"))(
-        _invalid_case(_number, _what)
-    )
+    if _number != MANY_FRAMES:
+        ROLE.case(f"NFP-BROKER-11.{_number}", f"Invalid input: {_what}", clause("11", INVALID, "SHOULD"))(
+            _invalid_case(_number, _what)
+        )
+
+
+@ROLE.case(
+    f"NFP-BROKER-11.{MANY_FRAMES}",
+    "A POST of 200 frames: survived, and dropped or answered with a RESPONSE",
+    clause(
+        "3",
+        '"A POST command consists of 7 or more frames": one of 200 is well formed, so taking it, '
+        "refusing it for a limit of the broker's, or dropping it are all right; what the broker "
+        "sends back must be a RESPONSE for its uuid, and the broker must go on answering.",
+        "MUST",
+    ),
+)
+def many_frames(ctx: CaseContext) -> None:
+    frames = dict((n, f) for n, _, f in _nfp.malformed(ctx.dialect, CLIENT))[MANY_FRAMES]
+    uuid = frames[5].decode()
+    sender = ctx.dealer("client", identity=ctx.unique("nfgate-big").encode())
+    ctx.expect(f"no answer, or RESPONSEs for uuid {uuid!r}; the broker still answers other peers")
+    sender.send(frames, note="a POST of 200 frames")
+    answered = sender.collect(min(0.5, ctx.wait_s()), skip=KA)
+    probe(ctx)  # raises NoAnswer when the broker stopped answering
+    ctx.saw(f"{describe(answered) if answered else 'no answer (dropped)'}; the broker still answers")
+    wrong = [r.text for r in answered if not (isinstance(r.message, Response) and r.message.uuid == uuid)]
+    ctx.check(not wrong, f"answered with something else than a RESPONSE for its uuid: {'; '.join(wrong)}")
 
 
 @ROLE.case(
