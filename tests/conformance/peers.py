@@ -260,3 +260,41 @@ __all__ = [
     "TinyNfpWorker",
     "free_port",
 ]
+
+
+class BigPostBroker(_Peer):
+    """An NFP spec broker that answers a GET with RESPONSE 400 (the suite's probe) and a
+    POST of more than 64 frames as ``answer`` says: ``"none"`` drops it, ``"response"``
+    answers RESPONSE 400 for its uuid, ``"garbage"`` sends one frame of junk."""
+
+    def __init__(self, answer: str, lifetime_s: float = 60.0) -> None:
+        super().__init__(lifetime_s)
+        self.answer = answer
+        self.sock = self.context.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind("tcp://127.0.0.1:*")
+        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.big_posts = 0
+
+    def run(self) -> None:
+        while self.running():
+            if not self.sock.poll(10):
+                continue
+            identity, *frames = self.sock.recv_multipart()
+            try:
+                message = nfp.decode(frames, "spec")
+            except DecodeError:
+                continue
+            if isinstance(message, Get):
+                self._respond(identity, message.service, message.uuid)
+            elif isinstance(message, Post) and len(frames) > 64:
+                self.big_posts += 1
+                if self.answer == "response":
+                    self._respond(identity, message.service, message.uuid)
+                elif self.answer == "garbage":
+                    self.sock.send_multipart([identity, b"junk"])
+        self.sock.close(0)
+
+    def _respond(self, identity: bytes, service: str, uuid: str) -> None:
+        answer = Response(header=BROKER, service=service, uuid=uuid, status=400, body=(b"{}",))
+        self.sock.send_multipart([identity, *nfp.encode(answer, "spec")])

@@ -19,7 +19,7 @@ from nfgate.edges.dcp import DcpEdge
 from tests.gateway.conftest import finish, start_gateway
 
 from .conftest import GATEWAY_TOML, HEARTBEAT_MS, assert_all_pass, run_suite
-from .peers import AnsweringDisconnectBroker, SilentRouter, TinyDcpWorker, free_port
+from .peers import AnsweringDisconnectBroker, BigPostBroker, SilentRouter, TinyDcpWorker, free_port
 from .test_against_nfgate import _serve, _stop
 
 
@@ -243,3 +243,24 @@ def test_a_broker_that_confirms_no_registration_fails_that_clause_only(
         finish(gw)
     assert len(report.results) >= 20
     assert_all_pass(report, frozenset({"DCP-BROKER-6.1"}))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("answer", "verdict"),
+    [("none", Verdict.PASS), ("response", Verdict.PASS), ("garbage", Verdict.FAIL)],
+)
+def test_a_post_of_200_frames_may_be_dropped_or_refused_but_not_answered_with_junk(
+    answer: str, verdict: Verdict
+) -> None:
+    # "A POST command consists of 7 or more frames": 200 is well formed, so a broker
+    # that drops it or refuses it (nfgate past max_frames) passes; junk back fails.
+    broker = BigPostBroker(answer)
+    broker.start()
+    try:
+        report = run_suite("nfp", "broker", broker.endpoint, "spec", include=("NFP-BROKER-11.7",))
+    finally:
+        broker.stop()
+    (result,) = report.results
+    assert broker.big_posts == 1
+    assert result.verdict is verdict, result
