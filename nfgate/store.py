@@ -49,11 +49,16 @@ from nfgate.errors import ConfigError
 from nfgate.frames import bytes_tuple
 from nfgate.store_lock import lock_path, take_lock
 
-__all__ = ["STORE_FILE", "JobRecord", "JobState", "JobStore", "StoredResult"]
+__all__ = ["SCHEMA_VERSION", "STORE_FILE", "JobRecord", "JobState", "JobStore", "StoredResult"]
 
 log = logging.getLogger("nfgate.store")
 
 STORE_FILE = "jobs.sqlite3"  # the job store's file in the data dir
+# The store's format, in SQLite's user_version: 0 for the data dirs of the nfgates before
+# this stamp (migrated when opened), 1 for the schema below. A store stamped higher was
+# written by a newer nfgate: it is refused, neither served nor changed (what a later
+# schema means, a column this one does not read, cannot be known here).
+SCHEMA_VERSION = 1
 
 # What SQLite itself syncs the WAL with where it exists (Linux): data and size, not mtime.
 _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
@@ -187,6 +192,15 @@ class JobStore:
             # check_same_thread off: the store is used by one thread at a time, but that
             # thread (the gateway loop) need not be the one that opened it.
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                self._db.close()
+                self._unlock()
+                raise ConfigError(
+                    f"the job store {self.path} was written by a newer nfgate (job store schema"
+                    f" {version}, this one reads up to {SCHEMA_VERSION}): run that version, or"
+                    " start this one on a new --data-dir"
+                )
             self._wal = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
             # NORMAL: a commit is written to the OS; _sync_wal makes the durable ones FULL.
             # Without WAL (a file system that cannot share memory) only FULL is safe.
@@ -198,6 +212,8 @@ class JobStore:
             for column, kind in (("result", "BLOB"), ("workers", "TEXT")):
                 if column not in columns:  # a data dir of an older nfgate
                     self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
+            if version < SCHEMA_VERSION:
+                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             # The WAL is named after the database file as SQLite resolved it (symlinks).
             self._wal_path = Path(self._db.execute("PRAGMA database_list").fetchone()[2] + "-wal")
             # Read now, for the restart's recovery: a damaged page or row then stops the
