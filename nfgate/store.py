@@ -147,6 +147,21 @@ def _names(text: object) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _warn_if_open(path: Path) -> None:
+    """Log a WARNING when other users may read the store: the nfgates before 27 Nov 2026
+    made it with the umask's mode (0644 at the usual 022), and an existing store keeps
+    its mode. A group's bits are left to the owner (a backup group, say)."""
+    mode = os.stat(path).st_mode & 0o777
+    if mode & 0o007:
+        log.warning(
+            "the job store %s is open to other users (mode %04o; nfgates before 27 Nov 2026"
+            " made it so): it holds what clients sent and workers answered; chmod o= it and"
+            " its -wal and -shm files",
+            path,
+            mode,
+        )
+
+
 def _pack(frames: Sequence[bytes]) -> bytes:
     return msgpack.packb(list(frames), use_bin_type=True)  # type: ignore[no-any-return]
 
@@ -214,6 +229,7 @@ class JobStore:
                     self._db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {kind}")
             if version < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            _warn_if_open(self.path)  # a store this version serves
             # The WAL is named after the database file as SQLite resolved it (symlinks).
             self._wal_path = Path(self._db.execute("PRAGMA database_list").fetchone()[2] + "-wal")
             # Read now, for the restart's recovery: a damaged page or row then stops the

@@ -4,6 +4,7 @@ are built here by hand, as the older versions wrote them, not by running them.""
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import subprocess
@@ -96,3 +97,18 @@ def test_a_store_of_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().count("\n") == 0 and "newer nfgate" in done.stderr, done.stderr
+
+
+def test_a_store_others_can_read_is_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # nfgates before 27 Nov 2026 made the store with the umask's mode (0644): jobs hold
+    # what clients sent and workers answered. An existing store keeps its mode, so say so.
+    data = _old_data_dir(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="nfgate.store"):
+        JobStore(data / STORE_FILE, fsync=False).close()
+    warned = [r.getMessage() for r in caplog.records if "open to other users" in r.getMessage()]
+    assert len(warned) == 1 and "chmod" in warned[0] and "0644" in warned[0], caplog.text
+    caplog.clear()
+    (data / STORE_FILE).chmod(0o640)  # a group of its own (backups) is the owner's choice
+    with caplog.at_level(logging.WARNING, logger="nfgate.store"):
+        JobStore(data / STORE_FILE, fsync=False).close()
+    assert "open to other users" not in caplog.text
