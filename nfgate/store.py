@@ -148,13 +148,13 @@ def _names(text: object) -> tuple[str, ...]:
 
 
 def _warn_if_open(path: Path) -> None:
-    """Log a WARNING when other users may read the store: the nfgates before 27 Nov 2026
+    """Log a WARNING when other users may read the store: the nfgates up to 27 Nov 2026
     made it with the umask's mode (0644 at the usual 022), and an existing store keeps
     its mode. A group's bits are left to the owner (a backup group, say)."""
     mode = os.stat(path).st_mode & 0o777
     if mode & 0o007:
         log.warning(
-            "the job store %s is open to other users (mode %04o; nfgates before 27 Nov 2026"
+            "the job store %s is open to other users (mode %04o; nfgates up to 27 Nov 2026"
             " made it so): it holds what clients sent and workers answered; chmod o= it and"
             " its -wal and -shm files",
             path,

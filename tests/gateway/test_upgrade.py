@@ -100,7 +100,7 @@ def test_a_store_of_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
 
 
 def test_a_store_others_can_read_is_warned_about(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    # nfgates before 27 Nov 2026 made the store with the umask's mode (0644): jobs hold
+    # nfgates up to 27 Nov 2026 made the store with the umask's mode (0644): jobs hold
     # what clients sent and workers answered. An existing store keeps its mode, so say so.
     data = _old_data_dir(tmp_path)
     with caplog.at_level(logging.WARNING, logger="nfgate.store"):
