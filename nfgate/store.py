@@ -154,9 +154,9 @@ def _warn_if_open(path: Path) -> None:
     mode = os.stat(path).st_mode & 0o777
     if mode & 0o007:
         log.warning(
-            "the job store %s is open to other users (mode %04o; nfgates up to 27 Nov 2026"
-            " made it so): it holds what clients sent and workers answered; chmod o= it and"
-            " its -wal and -shm files",
+            "the job store %s is open to other users (mode %04o, as older nfgates made it):"
+            " it holds what clients sent and workers answered; chmod o= it and its -wal and"
+            " -shm files",
             path,
             mode,
         )
