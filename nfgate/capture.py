@@ -86,6 +86,9 @@ ROW_GROUP = 16_384  # rows per write: bounds how long the writer holds the GIL a
 CHUNK = 2_048  # records converted to Arrow per call (see Capture._write)
 LOG_EVERY_S = 60.0  # while writes keep failing, one ERROR line at most this often
 RENAME_RETRY_S = 1.0  # a segment the directory would not rename is tried again this often
+# close() waits for the writer as long as it makes progress, but gives up on one that has
+# moved nothing for this long (a hung mount): the process must be able to exit.
+STALL_S = 30.0
 
 
 @attrs.frozen(kw_only=True)
@@ -251,9 +254,37 @@ class Capture:
         }
 
     def close(self) -> None:
-        """Write what is queued, close the segment and stop the thread."""
+        """Write what is queued, close the segment and stop the thread.
+
+        Waits as long as the writer makes progress (a slow disk still loses nothing),
+        but not for a writer that has moved nothing for ``STALL_S`` seconds: one stuck
+        in a write that never returns (a hung NFS mount) held the exit for ever, and
+        the signal handlers only ask the loop to stop, which has stopped already. What
+        it had not written is then said in an ERROR line and lost."""
         self._stop.set()
-        self._thread.join()
+        stall_s = STALL_S  # read now: a test lowers it
+        progress, since = None, time.monotonic()
+        while True:
+            self._thread.join(min(stall_s, 0.1))
+            if not self._thread.is_alive():
+                return
+            # Any of these moves while the writer works: it takes batches off the queue,
+            # closes segments, counts what it could not write.
+            now, seen = time.monotonic(), (len(self._queue), self.segments, self.lost, self.errors)
+            if seen != progress:
+                progress, since = seen, now
+            elif now - since >= stall_s:
+                break
+        # Neither in a closed segment nor counted lost: queued, in the writer's hands, or
+        # in its open segment (which stays .partial, skipped by nfgate analyze).
+        unwritten = self.taken - self.written - self.lost
+        log.error(
+            "capture: the writer has made no progress for %.0f s (a hung disk?); stopping without "
+            "it: %d records are not written to %s",
+            now - since,
+            unwritten,
+            self.config.dir,
+        )
 
     # ---------------------------------------------------------- writer thread
 

@@ -1,0 +1,82 @@
+"""The gateway's other threads at a stop (nfgate/capture.py's writer, Gateway.close):
+a stop must end, in bounded time, whatever one of them is stuck in, and one part that
+fails to close must not keep the others from closing."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from nfgate import capture
+from nfgate.capture import Capture, CaptureConfig
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _fifos_for_first_segment(directory: Path) -> list[Path]:
+    """FIFOs where this process's first segment will be opened, for the next seconds:
+    nobody reads them, so the writer's open() blocks as on a hung mount."""
+    now = datetime.datetime.now(datetime.UTC)
+    fifos = []
+    for s in range(-1, 10):
+        stamp = (now + datetime.timedelta(seconds=s)).strftime("%Y%m%dT%H%M%S")
+        fifo = directory / f"capture-{stamp}-{os.getpid()}-00001.parquet.partial"
+        os.mkfifo(fifo)
+        fifos.append(fifo)
+    return fifos
+
+
+def test_close_gives_up_on_a_writer_stuck_in_io(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(capture, "STALL_S", 0.5, raising=False)
+    directory = tmp_path / "cap"
+    directory.mkdir()
+    fifos = _fifos_for_first_segment(directory)
+    cap = Capture(CaptureConfig(dir=directory), flush_s=3600)
+    tap = cap.tap_for("dcp", "dcp", "zmq")
+    for i in range(3):
+        tap("in", "p", [b"%d" % i])
+    closing = threading.Thread(target=cap.close, daemon=True)
+    started = time.monotonic()
+    try:
+        closing.start()
+        closing.join(10)
+        assert not closing.is_alive(), "close() waited for a writer stuck in I/O: the exit hangs"
+        assert time.monotonic() - started < 5
+        assert any(
+            "the writer has made no progress" in m and "3 records are not written" in m
+            for m in caplog.messages
+        ), caplog.messages
+    finally:
+        # Let the stuck open() return (the writer then fails on a pipe nobody reads).
+        for fifo in fifos:
+            if fifo.exists():
+                os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        cap._thread.join(10)
+
+
+def test_close_waits_for_a_slow_writer_that_makes_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(capture, "STALL_S", 0.5, raising=False)
+    # Five one-segment batches of 0.3 s each: 1.5 s in all, each well under stall_s.
+    cap = Capture(CaptureConfig(dir=tmp_path, segment_rows=2), flush_s=3600)
+    write = cap._write
+
+    def slow(batch: list) -> None:  # type: ignore[type-arg]
+        time.sleep(0.3)
+        write(batch)
+
+    cap._write = slow  # type: ignore[method-assign]
+    tap = cap.tap_for("dcp", "dcp", "zmq")
+    for i in range(10):
+        tap("in", "p", [b"%d" % i])
+    cap.close()
+    assert not cap._thread.is_alive()
+    assert (cap.written, cap.lost, cap.segments) == (10, 0, 5)
