@@ -516,10 +516,22 @@ class Gateway:
                 os.read(self._wake_fd, 4096)
 
     def close(self) -> None:
-        for edge in self.edges.values():
-            edge.close()
-        for closer in self._closers:
-            closer()
+        """Close every edge, then run the closers (:meth:`on_close`: the job store, the
+        capture, the metrics). One that raises does not keep the rest from running: the
+        job store's last commit failing on a full disk left the capture unflushed (its
+        queued records lost, its segment .partial) and the ZAP thread running. The first
+        error is raised once all have run; the others are logged."""
+        first: Exception | None = None
+        for step in [*(edge.close for edge in self.edges.values()), *self._closers]:
+            try:
+                step()
+            except Exception as exc:
+                if first is None:
+                    first = exc
+                else:
+                    log.exception("closing: %s failed too", getattr(step, "__qualname__", step))
+        if first is not None:
+            raise first
 
     def stats(self) -> dict[str, dict[str, int]]:
         # The loop's own bug count and iterations join the core's counters:

@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import datetime
 import os
+import sqlite3
 import threading
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from nfgate import capture
 from nfgate.capture import Capture, CaptureConfig
+from nfgate.codecs import dcp
+from nfgate.codecs.dcp.messages import Request as DcpRequest
+from nfgate.store import JobStore
+
+from .conftest import start_gateway, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -80,3 +87,39 @@ def test_close_waits_for_a_slow_writer_that_makes_progress(
     cap.close()
     assert not cap._thread.is_alive()
     assert (cap.written, cap.lost, cap.segments) == (10, 0, 5)
+
+
+def test_a_closer_that_raises_does_not_keep_the_capture_from_being_flushed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The job store's last commit fails at the stop (a full data disk): it still closes
+    # and raises (JobStore.close), and the capture, closed after it, must still write
+    # what it was handed.
+    real = JobStore.close
+
+    def full_disk(self: JobStore) -> None:
+        real(self)
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(JobStore, "close", full_disk)
+    directory = tmp_path / "cap"
+    running = start_gateway(
+        tmp_path, binds=[("dcp", "tcp://127.0.0.1:*")], capture_dir=directory, no_metrics=True
+    )
+    capture = running.gateway.extra_stats["capture"].__self__  # type: ignore[attr-defined]
+    client = running.dealer("dcp")
+    client.send_multipart(dcp.encode(DcpRequest(service=b"nobody", metadata=(), data=(b"x",))))
+    until(lambda: capture.taken >= 1)
+    running.stop()
+    with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+        running.gateway.close()
+    try:
+        assert not capture._thread.is_alive(), "the capture was not closed"
+        assert not list(directory.glob("*.partial"))
+        rows = [r for p in directory.glob("*.parquet") for r in pq.read_table(p).to_pylist()]
+        assert [r["frames"][-1] for r in rows if r["edge"] == "dcp"] == [b"x"]
+    finally:
+        capture.close()
+        for s in running._closers:  # type: ignore[attr-defined]
+            s.close()
+        running.context.destroy(linger=0)
