@@ -41,6 +41,10 @@ EDGE_GAUGES = {
 }
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 POLL_S = 0.05  # how often the HTTP thread looks for close(): bounds what a stop waits for it
+# A connection that sends no complete request within this is closed. Each connection has a
+# thread of its own, which waited for ever without it: idle connections (a scraper that
+# hung, a port scan) each kept one, past close() too.
+IDLE_S = 10.0
 
 Snapshot = Mapping[str, Mapping[str, int]]
 """``{"core": {...}, "edge:<name>": {...}, "traffic:<name>": {...}}`` as
@@ -172,6 +176,8 @@ class MetricsServer:
         checks = dict(probes or {})
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = IDLE_S  # StreamRequestHandler sets it on the socket
+
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path in checks:

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 import sqlite3
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from nfgate import capture
+from nfgate import capture, metrics
 from nfgate.capture import Capture, CaptureConfig
 from nfgate.codecs import dcp
 from nfgate.codecs.dcp.messages import Request as DcpRequest
@@ -123,3 +125,28 @@ def test_a_closer_that_raises_does_not_keep_the_capture_from_being_flushed(
         for s in running._closers:  # type: ignore[attr-defined]
             s.close()
         running.context.destroy(linger=0)
+
+
+def _handlers() -> int:
+    """The metrics server's connection threads alive now (named after their target)."""
+    return sum("process_request_thread" in t.name for t in threading.enumerate())
+
+
+def test_an_idle_metrics_connection_does_not_keep_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics, "IDLE_S", 0.3, raising=False)
+    server = metrics.MetricsServer("http://127.0.0.1:0", lambda: "x 1\n")
+    port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(5)]
+    try:
+        # Each connection gets a thread; one that never sends a request is closed after
+        # IDLE_S, and its thread ends.
+        until(lambda: _handlers() == 5)
+        until(lambda: _handlers() == 0, timeout=5)
+        for sock in idle:
+            assert sock.recv(1) == b""  # closed by the server
+        with urllib.request.urlopen(server.url, timeout=5) as answer:  # scrapes go on
+            assert answer.read() == b"x 1\n"
+    finally:
+        for sock in idle:
+            sock.close()
+        server.close()
