@@ -241,7 +241,8 @@ class Capture:
 
     def stats(self) -> dict[str, int]:
         """The counters the gateway publishes (``extra_stats``: ``get_stats`` and the
-        metrics' ``nfgate_capture_*``). At rest, ``records = written + lost + dropped``."""
+        metrics' ``nfgate_capture_*``). At rest, ``records = written + lost``;
+        ``dropped`` counts the records never queued (the writer was behind)."""
         return {
             "records": self.taken,
             "dropped": self.dropped,
