@@ -48,10 +48,10 @@ for _number, _what, _ in _nfp.malformed("spec", CLIENT):
     f"NFP-BROKER-11.{MANY_FRAMES}",
     "A POST of 200 frames: survived, and dropped or answered with a RESPONSE",
     clause(
-        "3",
-        '"A POST command consists of 7 or more frames": one of 200 is well formed, so taking it, '
-        "refusing it for a limit of the broker's, or dropping it are all right; what the broker "
-        "sends back must be a RESPONSE for its uuid, and the broker must go on answering.",
+        "11",
+        'Not invalid: "A POST command consists of 7 or more frames" (section 3), so taking it, '
+        "refusing it for a limit of the broker's, or dropping it are all right; the broker must "
+        "survive it, and what it sends back must be a RESPONSE for its uuid.",
         "MUST",
     ),
 )
