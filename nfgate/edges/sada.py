@@ -51,6 +51,7 @@ from nfgate.edges.sada_common import (
     join_body,
     refusal,
     rejection,
+    rejection_dialect,
     req_fields,
     resolve_port,
     sada_router,
@@ -225,7 +226,8 @@ class SadaChannelEdge(RouterEdge):
         if rep is None:
             return
         p = self._peers.get(address)
-        self._send_message(address, rep, p.dialect if p is not None else "spec")
+        known = p.dialect if p is not None else self._forced
+        self._send_message(address, rep, rejection_dialect(known, rep, address))
 
     def _on_message(self, address: bytes, message: Message, now: int, out: list[Command]) -> None:
         p = self._record(address, message, out)

@@ -13,6 +13,7 @@ import zmq
 from nfgate.codecs import sada as wire
 from nfgate.codecs.sada import payload as msgpack_payload
 from nfgate.codecs.sada.messages import PROTO_ASCII, Rep
+from nfgate.codecs.sada.session import piran_evidence
 from nfgate.errors import TransportError
 from nfgate.model import Action, ServiceRef, Status
 from nfgate.transports.curve import Curve
@@ -29,6 +30,7 @@ __all__ = [
     "connect",
     "join_body",
     "rejection",
+    "rejection_dialect",
     "req_fields",
     "resolve_port",
     "sada_router",
@@ -201,3 +203,17 @@ def rejection(frames: list[bytes]) -> Rep | None:
         return Rep(proto=frames[1], request_id=frames[3].decode("utf-8"), status=400, payload=b"")
     except (UnicodeDecodeError, ValueError):
         return None
+
+
+def rejection_dialect(known: str, rep: Rep, identity: bytes = b"") -> str:
+    """The dialect to send :func:`rejection`'s ``rep`` in: ``known`` (the peer's, or the
+    edge's forced one) unless it is ``auto``, which a REQ that did not decode did not
+    settle; then what was read of it shows (a PIRAN ``identity`` or request id). Never
+    PIRAN for a version frame other than SADA1, which PIRAN does not read."""
+    if rep.proto != PROTO_ASCII:
+        return "spec"
+    if known != "auto":
+        return known
+    return (
+        "piran" if piran_evidence(identity=identity, request_id=rep.request_id, proto=rep.proto) else "spec"
+    )

@@ -46,6 +46,7 @@ from nfgate.edges.sada_common import (
     join_body,
     refusal,
     rejection,
+    rejection_dialect,
     sada_router,
 )
 from nfgate.errors import ConfigError, EncodeError
@@ -175,8 +176,9 @@ class SadaServerEdge(Edge, Decoding):
 
     # ------------------------------------------------------------------ helpers
 
-    def _send_message(self, channel: _Channel, message: Message) -> bool:
-        dialect = "spec" if channel.dialect == "auto" else channel.dialect
+    def _send_message(self, channel: _Channel, message: Message, dialect: str | None = None) -> bool:
+        """``dialect``: the channel's unless given (a REP 400 to a REQ that settled none)."""
+        dialect = dialect or ("spec" if channel.dialect == "auto" else channel.dialect)
         try:
             frames = wire.encode(message, dialect)
         except EncodeError as exc:
@@ -194,7 +196,7 @@ class SadaServerEdge(Edge, Decoding):
         rep = rejection(frames)
         channel = self._channels.get(address)
         if rep is not None and channel is not None:
-            self._send_message(channel, rep)
+            self._send_message(channel, rep, rejection_dialect(channel.dialect, rep))
 
     def over_limit(self, identity: bytes, frames: Sequence[bytes], reason: str) -> None:
         self.undecodable(identity, list(frames))  # a REQ read up to its request id: REP 400

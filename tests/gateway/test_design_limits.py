@@ -127,3 +127,25 @@ def test_a_sada_req_over_the_message_limit_is_answered_400(tmp_path: Path) -> No
         answer = sada.decode(recv(client))
         assert isinstance(answer, Rep) and (answer.request_id, answer.status) == ("RQ-big", 400)
         assert gw.gateway.edges["sada"].stats()["too_large"] == 1
+
+
+def test_a_piran_req_over_the_message_limit_is_answered_in_piran(tmp_path: Path) -> None:
+    """PIRAN reads a REP's status as a 4-byte int32: the 400 for a REQ dropped before its
+    peer was known is in the dialect what was read shows (here its ip:port identity)."""
+    with running_on(tmp_path, SMALL) as gw:
+        client = gw.dealer("sada", identity=b"127.0.0.1:40002")  # PIRAN sets ip:port
+        req = Req(
+            proto=PROTO_ASCII,
+            request_id="RQ-big",
+            service="echo",
+            version="1",
+            category="c",
+            action="a",
+            payload=b"x" * 990,
+        )
+        client.send_multipart(sada.encode(req))
+        frames = recv(client)
+        assert frames[4] == (400).to_bytes(4, "big"), frames
+        assert sada.decode(frames, "piran") == Rep(
+            proto=PROTO_ASCII, request_id="RQ-big", status=400, payload=b""
+        )

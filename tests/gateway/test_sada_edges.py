@@ -597,3 +597,16 @@ def test_server_edge_answers_an_undecodable_req_400(tmp_path: Path) -> None:
         channel.sock.send_multipart([channel.server, b"", b"SADA1", b"REQ", b"rid-bad"])  # frames missing
         assert channel.get() == Rep(request_id="rid-bad", status=400, payload=b"")
         assert gw.gateway.edges["sada-server"].stats()["undecodable"] == 1
+
+
+def test_server_edge_answers_an_undecodable_piran_req_400_in_piran(tmp_path: Path) -> None:
+    # No REQ has settled the channel's dialect yet: the rejected one's PIRAN request id
+    # does, as a REQ that decodes would (PIRAN reads a REP status as a 4-byte int32).
+    with served_channel(tmp_path) as (gw, channel):
+        dcp_worker(gw, b"upper")
+        channel.intr_with("upper")
+        rid = sada.new_request_id("RQ", 1_700_000_000_000, "ZZ99YY88")
+        channel.sock.send_multipart([channel.server, b"", b"SADA1", b"REQ", rid.encode()])  # frames missing
+        _, *frames = recv(channel.sock)
+        assert frames[4] == (400).to_bytes(4, "big"), frames
+        assert sada.decode(frames, "piran") == Rep(request_id=rid, status=400, payload=b"")
