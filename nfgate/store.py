@@ -243,6 +243,11 @@ class JobStore:
             if self._wal and not fsync and checkpoint_s is not None:
                 self._checkpointer = Checkpointer(self.path, checkpoint_s)
         except (OSError, sqlite3.Error) as exc:
+            # What was opened is closed here, not when the error is collected: a damaged
+            # store is refused with its file and lock let go of, as a newer one is.
+            db = getattr(self, "_db", None)
+            if db is not None:
+                db.close()
             self._unlock()
             raise ConfigError(f"cannot open the job store {self.path}: {exc}") from None
 

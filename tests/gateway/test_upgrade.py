@@ -112,3 +112,35 @@ def test_a_store_others_can_read_is_warned_about(tmp_path: Path, caplog: pytest.
     with caplog.at_level(logging.WARNING, logger="nfgate.store"):
         JobStore(data / STORE_FILE, fsync=False).close()
     assert "open to other users" not in caplog.text
+
+
+def _open_fds_to(path: Path) -> list[str]:
+    fds = Path("/proc/self/fd")
+    found = []
+    for fd in fds.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith(str(path)):
+            found.append(target)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+@pytest.mark.parametrize("newer", [False, True])
+def test_a_store_refused_at_open_is_let_go_of(tmp_path: Path, newer: bool) -> None:
+    # A damaged store (or one a newer nfgate stamped) is refused in one line; the
+    # refusal closes what it opened, the database and its lock, not the garbage collector.
+    data = _old_data_dir(tmp_path)
+    if newer:
+        db = sqlite3.connect(data / STORE_FILE, isolation_level=None)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+        db.close()
+    else:
+        for leftover in data.iterdir():
+            leftover.unlink()
+        (data / STORE_FILE).write_bytes(b"not a database, " * 256)
+    with pytest.raises(ConfigError) as refused:
+        JobStore(data / STORE_FILE, fsync=False)
+    assert not _open_fds_to(data), refused.value  # while the error is still held
