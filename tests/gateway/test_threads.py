@@ -73,13 +73,15 @@ def test_close_gives_up_on_a_writer_stuck_in_io(
 def test_close_waits_for_a_slow_writer_that_makes_progress(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(capture, "STALL_S", 0.5, raising=False)
-    # Five one-segment batches of 0.3 s each: 1.5 s in all, each well under stall_s.
+    monkeypatch.setattr(capture, "STALL_S", 1.5, raising=False)
+    # Five one-segment batches of 0.5 s each: 2.5 s in all, over stall_s, each under it
+    # with a second to spare for the write itself (the first one loads Arrow's writer,
+    # slow on a loaded machine).
     cap = Capture(CaptureConfig(dir=tmp_path, segment_rows=2), flush_s=3600)
     write = cap._write
 
     def slow(batch: list) -> None:  # type: ignore[type-arg]
-        time.sleep(0.3)
+        time.sleep(0.5)
         write(batch)
 
     cap._write = slow  # type: ignore[method-assign]
@@ -133,7 +135,9 @@ def _handlers() -> int:
 
 
 def test_an_idle_metrics_connection_does_not_keep_a_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(metrics, "IDLE_S", 0.3, raising=False)
+    # Long enough that all five connections' threads are seen alive together on a
+    # loaded machine, before the first ends.
+    monkeypatch.setattr(metrics, "IDLE_S", 1.5, raising=False)
     server = metrics.MetricsServer("http://127.0.0.1:0", lambda: "x 1\n")
     port = int(server.url.rsplit(":", 1)[1].split("/")[0])
     idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(5)]
