@@ -113,7 +113,9 @@ def test_a_closer_that_raises_does_not_keep_the_capture_from_being_flushed(
     capture = running.gateway.extra_stats["capture"].__self__  # type: ignore[attr-defined]
     client = running.dealer("dcp")
     client.send_multipart(dcp.encode(DcpRequest(service=b"nobody", metadata=(), data=(b"x",))))
-    until(lambda: capture.taken >= 1)
+    # The DCP edge's transport read it (so the capture took it): capture.taken alone is
+    # met at once by the DBP edge's SHALOM, and a loaded machine then stopped first.
+    until(lambda: running.gateway.edges["dcp"].transport.received >= 1)  # type: ignore[attr-defined]
     running.stop()
     with pytest.raises(sqlite3.OperationalError, match="disk is full"):
         running.gateway.close()
