@@ -10,10 +10,17 @@ from pathlib import Path
 
 import pytest
 
-# Skipped on a developer's machine without it; never in CI (CI=true), which installs it:
-# there the tests run and fail on the missing CLI rather than quietly testing less.
+
+def in_ci() -> bool:
+    """True under CI (``CI`` set, as CI services set it, and not ``false`` or ``0``):
+    there what ``.ci/run`` installs must be present, and a test fails without it."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+# Skipped on a developer's machine without it; never in CI, which installs it: there
+# the tests run and fail on the missing CLI rather than quietly testing less.
 needs_openssl = pytest.mark.skipif(
-    shutil.which("openssl") is None and not os.environ.get("CI"), reason="openssl CLI not installed"
+    shutil.which("openssl") is None and not in_ci(), reason="openssl CLI not installed"
 )
 
 
