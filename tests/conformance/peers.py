@@ -211,17 +211,38 @@ class SilentRouter(_Peer):
         self.sock.close(0)
 
 
-class AnsweringDisconnectBroker(_Peer):
+class _NfpBroker(_Peer):
+    """A fake NFP spec broker: a bound ROUTER, and what came in one message at a time."""
+
+    def __init__(self, lifetime_s: float) -> None:
+        super().__init__(lifetime_s)
+        self.sock = self.context.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind("tcp://127.0.0.1:*")
+        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def _next(self) -> tuple[bytes, list[bytes], object] | None:
+        """(identity, frames, message) of the next spec message within 10 ms; None when
+        none came or it does not decode."""
+        if not self.sock.poll(10):
+            return None
+        identity, *frames = self.sock.recv_multipart()
+        try:
+            return identity, frames, nfp.decode(frames, "spec")
+        except DecodeError:
+            return None
+
+    def _send(self, identity: bytes, message: object) -> None:
+        self.sock.send_multipart([identity, *nfp.encode(message, "spec")])  # type: ignore[arg-type]
+
+
+class AnsweringDisconnectBroker(_NfpBroker):
     """An NFP spec broker that beats its workers every ``heartbeat_s`` and answers a
     worker's DISCONNECT with one more KEEPALIVE (NFP 7: it MUST send nothing more)."""
 
     def __init__(self, heartbeat_s: float, lifetime_s: float = 120.0) -> None:
         super().__init__(lifetime_s)
         self.heartbeat_s = heartbeat_s
-        self.sock = self.context.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind("tcp://127.0.0.1:*")
-        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.answered = 0
 
     def run(self) -> None:
@@ -232,13 +253,10 @@ class AnsweringDisconnectBroker(_Peer):
                 for identity, service in workers.items():
                     self._send(identity, Keepalive(header=BROKER, service=service))
                 next_beat = time.monotonic() + self.heartbeat_s
-            if not self.sock.poll(10):
+            got = self._next()
+            if got is None:
                 continue
-            identity, *frames = self.sock.recv_multipart()
-            try:
-                message = nfp.decode(frames, "spec")
-            except DecodeError:
-                continue
+            identity, _, message = got
             if isinstance(message, Open):
                 self._send(identity, Open(header=message.header))
             elif isinstance(message, Ready):
@@ -248,21 +266,8 @@ class AnsweringDisconnectBroker(_Peer):
                 self.answered += 1
         self.sock.close(0)
 
-    def _send(self, identity: bytes, message: object) -> None:
-        self.sock.send_multipart([identity, *nfp.encode(message, "spec")])  # type: ignore[arg-type]
 
-
-__all__ = [
-    "BROKER",
-    "AnsweringDisconnectBroker",
-    "SilentRouter",
-    "TinyDcpWorker",
-    "TinyNfpWorker",
-    "free_port",
-]
-
-
-class BigPostBroker(_Peer):
+class BigPostBroker(_NfpBroker):
     """An NFP spec broker that answers a GET with RESPONSE 400 (the suite's probe) and a
     POST of more than 64 frames as ``answer`` says: ``"none"`` drops it, ``"response"``
     answers RESPONSE 400 for its uuid, ``"garbage"`` sends one frame of junk."""
@@ -270,21 +275,14 @@ class BigPostBroker(_Peer):
     def __init__(self, answer: str, lifetime_s: float = 60.0) -> None:
         super().__init__(lifetime_s)
         self.answer = answer
-        self.sock = self.context.socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind("tcp://127.0.0.1:*")
-        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.big_posts = 0
 
     def run(self) -> None:
         while self.running():
-            if not self.sock.poll(10):
+            got = self._next()
+            if got is None:
                 continue
-            identity, *frames = self.sock.recv_multipart()
-            try:
-                message = nfp.decode(frames, "spec")
-            except DecodeError:
-                continue
+            identity, frames, message = got
             if isinstance(message, Get):
                 self._respond(identity, message.service, message.uuid)
             elif isinstance(message, Post) and len(frames) > 64:
@@ -296,5 +294,15 @@ class BigPostBroker(_Peer):
         self.sock.close(0)
 
     def _respond(self, identity: bytes, service: str, uuid: str) -> None:
-        answer = Response(header=BROKER, service=service, uuid=uuid, status=400, body=(b"{}",))
-        self.sock.send_multipart([identity, *nfp.encode(answer, "spec")])
+        self._send(identity, Response(header=BROKER, service=service, uuid=uuid, status=400, body=(b"{}",)))
+
+
+__all__ = [
+    "BROKER",
+    "AnsweringDisconnectBroker",
+    "BigPostBroker",
+    "SilentRouter",
+    "TinyDcpWorker",
+    "TinyNfpWorker",
+    "free_port",
+]

@@ -111,19 +111,22 @@ def test_an_nfp_post_over_a_message_limit_is_answered_400(
         assert gw.gateway.edges["nfp"].stats()[what] == 1
 
 
+# A REQ whose payload is under the limit alone, over it with the other frames.
+BIG_REQ = Req(
+    proto=PROTO_ASCII,
+    request_id="RQ-big",
+    service="echo",
+    version="1",
+    category="c",
+    action="a",
+    payload=b"x" * 990,
+)
+
+
 def test_a_sada_req_over_the_message_limit_is_answered_400(tmp_path: Path) -> None:
     with running_on(tmp_path, SMALL) as gw:
         client = gw.dealer("sada")
-        req = Req(
-            proto=PROTO_ASCII,
-            request_id="RQ-big",
-            service="echo",
-            version="1",
-            category="c",
-            action="a",
-            payload=b"x" * 990,  # under the limit alone, over it with the other frames
-        )
-        client.send_multipart(sada.encode(req))
+        client.send_multipart(sada.encode(BIG_REQ))
         answer = sada.decode(recv(client))
         assert isinstance(answer, Rep) and (answer.request_id, answer.status) == ("RQ-big", 400)
         assert gw.gateway.edges["sada"].stats()["too_large"] == 1
@@ -134,16 +137,7 @@ def test_a_piran_req_over_the_message_limit_is_answered_in_piran(tmp_path: Path)
     peer was known is in the dialect what was read shows (here its ip:port identity)."""
     with running_on(tmp_path, SMALL) as gw:
         client = gw.dealer("sada", identity=b"127.0.0.1:40002")  # PIRAN sets ip:port
-        req = Req(
-            proto=PROTO_ASCII,
-            request_id="RQ-big",
-            service="echo",
-            version="1",
-            category="c",
-            action="a",
-            payload=b"x" * 990,
-        )
-        client.send_multipart(sada.encode(req))
+        client.send_multipart(sada.encode(BIG_REQ))
         frames = recv(client)
         assert frames[4] == (400).to_bytes(4, "big"), frames
         assert sada.decode(frames, "piran") == Rep(
