@@ -209,8 +209,6 @@ class JobStore:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
-                self._db.close()
-                self._unlock()
                 raise ConfigError(
                     f"the job store {self.path} was written by a newer nfgate (job store schema"
                     f" {version}, this one reads up to {SCHEMA_VERSION}): run that version, or"
@@ -242,13 +240,16 @@ class JobStore:
             # (measured: commit stalls up to 38-68 ms against 8-9 ms; nfgate.checkpoint).
             if self._wal and not fsync and checkpoint_s is not None:
                 self._checkpointer = Checkpointer(self.path, checkpoint_s)
-        except (OSError, sqlite3.Error) as exc:
-            # What was opened is closed here, not when the error is collected: a damaged
-            # store is refused with its file and lock let go of, as a newer one is.
+        except (OSError, sqlite3.Error, ConfigError) as exc:
+            # What was opened is closed here, not when the error is collected: a store
+            # refused (damaged, in use, written by a newer nfgate) lets go of its file
+            # and its lock at once.
             db = getattr(self, "_db", None)
             if db is not None:
                 db.close()
             self._unlock()
+            if isinstance(exc, ConfigError):
+                raise  # already says what is wrong
             raise ConfigError(f"cannot open the job store {self.path}: {exc}") from None
 
     def _unlock(self) -> None:
