@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from nfgate.codecs.nfp.messages import CLIENT, Response
-from nfgate.conformance.context import CaseContext, describe
+from nfgate.conformance.context import CaseContext, Received, describe
 from nfgate.conformance.roles import _nfp
 from nfgate.conformance.roles._nfp import SPEC_STATUSES, clause
 from nfgate.conformance.roles.nfp_broker import KA, ROLE, probe
@@ -18,14 +18,25 @@ INVALID = (
 )
 
 
+def _send_and_probe(ctx: CaseContext, frames: list[bytes], note: str) -> list[Received]:
+    """Send ``frames`` from a fresh client and return what came back to it; raises
+    NoAnswer when the broker then stopped answering others."""
+    sender = ctx.dealer("client", identity=ctx.unique("nfgate-bad").encode())
+    sender.send(frames, note=note)
+    answered = sender.collect(min(0.5, ctx.wait_s()), skip=KA)
+    probe(ctx)
+    return answered
+
+
+def _malformed(ctx: CaseContext, number: str) -> list[bytes]:
+    """:func:`_nfp.malformed`'s message ``number`` in the run's dialect."""
+    return dict((n, f) for n, _, f in _nfp.malformed(ctx.dialect, CLIENT))[number]
+
+
 def _invalid_case(number: str, what: str) -> Callable[[CaseContext], None]:
     def run(ctx: CaseContext) -> None:
-        frames = dict((n, f) for n, _, f in _nfp.malformed(ctx.dialect, CLIENT))[number]
-        sender = ctx.dealer("client", identity=ctx.unique("nfgate-bad").encode())
         ctx.expect("no answer (dropped), and the broker still answers other peers")
-        sender.send(frames, note=f"invalid: {what}")
-        answered = sender.collect(min(0.5, ctx.wait_s()), skip=KA)
-        probe(ctx)  # raises NoAnswer when the broker stopped answering
+        answered = _send_and_probe(ctx, _malformed(ctx, number), f"invalid: {what}")
         ctx.saw(f"answer to the invalid message: {describe(answered)}; the broker still answers")
         ctx.check(not answered, "the broker answered an invalid message instead of dropping it")
 
@@ -56,13 +67,10 @@ for _number, _what, _ in _nfp.malformed("spec", CLIENT):
     ),
 )
 def many_frames(ctx: CaseContext) -> None:
-    frames = dict((n, f) for n, _, f in _nfp.malformed(ctx.dialect, CLIENT))[MANY_FRAMES]
+    frames = _malformed(ctx, MANY_FRAMES)
     uuid = frames[5].decode()
-    sender = ctx.dealer("client", identity=ctx.unique("nfgate-big").encode())
     ctx.expect(f"no answer, or RESPONSEs for uuid {uuid!r}; the broker still answers other peers")
-    sender.send(frames, note="a POST of 200 frames")
-    answered = sender.collect(min(0.5, ctx.wait_s()), skip=KA)
-    probe(ctx)  # raises NoAnswer when the broker stopped answering
+    answered = _send_and_probe(ctx, frames, "a POST of 200 frames")
     ctx.saw(f"{describe(answered) if answered else 'no answer (dropped)'}; the broker still answers")
     wrong = [r.text for r in answered if not (isinstance(r.message, Response) and r.message.uuid == uuid)]
     ctx.check(not wrong, f"answered with something else than a RESPONSE for its uuid: {'; '.join(wrong)}")
