@@ -49,7 +49,9 @@ class _OneLineGroup(click.Group):
             code = super().main(*args, **{**kwargs, "standalone_mode": False})
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else "nfgate"
-            click.echo(f"{where}: {exc.format_message()} Try '{where} --help'.", err=True)
+            # click 8.4+ ends its message with a period, older ones do not.
+            message = exc.format_message().rstrip(".") + "."
+            click.echo(f"{where}: {message} Try '{where} --help'.", err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             click.echo(f"nfgate: {exc.format_message()}", err=True)

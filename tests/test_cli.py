@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -77,18 +78,27 @@ def test_decode_then_encode_restores_the_frames(protocol: str) -> None:
             "bad REQUEST fields: missing field 'service'",
         ),
         # click's usage errors, which it would report in three lines
-        (["serve", "--bogus"], "", "nfgate serve: No such option '--bogus'. Try 'nfgate serve --help'."),
+        # (click 8.1 says "No such option: --bogus", 8.4+ "No such option '--bogus'.")
+        (
+            ["serve", "--bogus"],
+            "",
+            re.compile(r"^nfgate serve: No such option:? '?--bogus'?\. Try 'nfgate serve --help'\.$"),
+        ),
         (["no-such-command"], "", "No such command 'no-such-command'"),
         (["bench", "--scenario", "nope"], "", "nfgate bench: Invalid value for '--scenario'"),
         (["decode"], "", "nfgate decode: Missing option '--protocol'"),
         (["serve", "--config"], "", "'--config' requires an argument"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(args: list[str], stdin: str, needle: str) -> None:
+def test_bad_input_is_one_line_and_exit_2(args: list[str], stdin: str, needle: str | re.Pattern[str]) -> None:
     out = run(*args, stdin=stdin)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and needle in lines[0], out.stderr
+    assert len(lines) == 1, out.stderr
+    if isinstance(needle, str):
+        assert needle in lines[0], out.stderr
+    else:
+        assert needle.search(lines[0]), out.stderr
     assert "Traceback" not in out.stderr
 
 
