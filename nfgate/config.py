@@ -15,6 +15,8 @@ The file (every table and key optional)::
                                      # POST (GET then gives 400); 0 keeps them for ever
     drain_ms = 5000                  # on SIGTERM/SIGINT: refuse new requests, wait this long at
                                      # most for those at workers; 0 stops at once
+    stall_ms = 1000                  # a gap in the loop over this is a stall (a paused process):
+                                     # taken out of its clock, so nothing expires for it; 0: off
 
     [routing]
     queue_expiry_ms = 300000         # a request with no worker waits this long, then 408 (behind busy workers: no limit)
@@ -63,6 +65,7 @@ from nfgate.capture import CaptureConfig
 from nfgate.edges.kinds import KINDS
 from nfgate.edges.options import INT_MAX, checked_int, path_option
 from nfgate.errors import ConfigError
+from nfgate.loopclock import STALL_MS
 from nfgate.metrics import parse_url as parse_metrics_url
 from nfgate.routing_types import RouterConfig
 from nfgate.transports import port_problem
@@ -114,6 +117,7 @@ class ServeConfig:
     fsync: bool = True  # job records fsynced before their 202 (false: written to the OS only)
     job_retention_s: int = JOB_RETENTION_S  # finished jobs kept this long after their POST; 0: for ever
     drain_ms: int = DRAIN_MS  # how long a stop waits for the requests at workers; 0: not at all
+    stall_ms: int = STALL_MS  # the loop clock's stall threshold (nfgate.loopclock); 0: off
     routing: RouterConfig
     limits: Limits
     edges: tuple[EdgeConfig, ...]
@@ -225,7 +229,9 @@ def load(
     for key in doc:
         if key not in ("gateway", "routing", "limits", "edges", "metrics", "capture"):
             raise ConfigError(f"config: unknown key {key}")
-    gateway = _table(doc, "gateway", {"data_dir", "log_level", "fsync", "job_retention_s", "drain_ms"})
+    gateway = _table(
+        doc, "gateway", {"data_dir", "log_level", "fsync", "job_retention_s", "drain_ms", "stall_ms"}
+    )
     fsync = gateway.get("fsync", True)
     if not isinstance(fsync, bool):
         raise ConfigError("config: gateway.fsync must be true or false")
@@ -287,6 +293,7 @@ def load(
         fsync=fsync,
         job_retention_s=_int(gateway, "job_retention_s", "gateway", JOB_RETENTION_S),
         drain_ms=_int(gateway, "drain_ms", "gateway", DRAIN_MS),
+        stall_ms=_int(gateway, "stall_ms", "gateway", STALL_MS),
         routing=router,
         limits=limit,
         edges=tuple(kinds),

@@ -10,6 +10,10 @@ of job records).
 The poll timeout is the earliest deadline the core or an edge reports, so an idle
 gateway sleeps.
 
+Time is the loop's clock (:class:`nfgate.loopclock.LoopClock` by default): monotonic,
+less the excess of any stall (a paused process), so that on resume the heartbeats that
+waited in the sockets are read before any worker or request is found expired.
+
 Stopping (:meth:`Gateway.stop`, a signal; or MMI ``shutdown``) drains when ``drain_ms``
 is not 0: the core refuses new requests from clients with 503
 (:meth:`Router.close_admission`), each edge may tell its peers (:meth:`Edge.closing`),
@@ -32,6 +36,7 @@ import attrs
 import zmq
 
 from nfgate.edges import Edge, Traffic, peer_label
+from nfgate.loopclock import STALL_MS, LoopClock, monotonic_ms
 from nfgate.model import Catalog, Command, Unregister
 from nfgate.routing import Router
 from nfgate.routing_types import (
@@ -57,15 +62,14 @@ BATCH = 256  # messages one edge may read per iteration: keeps one busy peer fro
 # sending once per iteration: nfgate-dcp +11%, nfgate-nfp +25%, nfgate-norfab +8%; sync
 # the same. 4 and 16 gave less than 8 (docs/performance.md).
 SEND_EVERY = 8
-MAX_SLEEP_MS = 1000  # upper bound on one poll; signals also wake the loop through wake_fd
+# Upper bound on one poll; signals also wake the loop through wake_fd. Half the loop
+# clock's stall threshold (nfgate.loopclock.STALL_MS): an idle loop's poll, overshoot
+# included, must never read as a stall.
+MAX_SLEEP_MS = 500
 PUBLISH_MS = 1000  # how often the counters are copied for the metrics thread
 # A timer whose tick raised is tried again after this: its deadline stays due, and the
 # loop must not spin on it (a traceback an iteration, a core's worth of CPU).
 TICK_RETRY_MS = 1000
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 class LogRing(logging.Handler):
@@ -115,6 +119,8 @@ class Gateway:
 
     ``wake_fd`` is a readable file descriptor that wakes the poll (``signal.set_wakeup_fd``
     writes to its other end), so a SIGTERM is acted on at once, not at the next timeout.
+    ``clock``: the loop's time in ms; by default a :class:`LoopClock` with ``stall_ms``
+    as its threshold (0: no stall handling, the monotonic clock as it is).
     """
 
     def __init__(
@@ -122,13 +128,18 @@ class Gateway:
         router: Router,
         edges: Sequence[Edge],
         *,
-        clock: Callable[[], int] = monotonic_ms,
+        clock: Callable[[], int] | None = None,
+        stall_ms: int = STALL_MS,
         wake_fd: int | None = None,
         logs: LogRing | None = None,
         drain_ms: int = 0,
     ) -> None:
         self.router = router
         self.edges = {edge.name: edge for edge in edges}
+        # A test's clock is its own; the counters of a LoopClock's stalls are exported.
+        self.loop_clock: LoopClock | None = None
+        if clock is None:
+            clock = self.loop_clock = LoopClock(stall_ms=stall_ms)
         self._clock = clock
         self._poller = zmq.Poller()
         self._by_socket: dict[zmq.Socket[bytes] | int, Edge] = {}
@@ -176,6 +187,12 @@ class Gateway:
         self._held_off: dict[str, int] = {}  # timer ("core" or an edge) whose tick raised -> retry at
         self.iterations = 0  # loop iterations, exported with the core's counters
         self.internal_errors = 0
+
+    def now(self) -> int:
+        """The loop's time in ms, as the core and the edges are given it (call it from
+        the loop's thread: a broker service comparing with a worker's last beat).
+        Raises nothing."""
+        return self._clock()
 
     # ------------------------------------------------------------------ running
 
@@ -543,6 +560,10 @@ class Gateway:
                 "internal_errors": self.internal_errors,
                 "iterations": self.iterations,
                 "draining": draining,
+                # The loop's stalls (a paused process) and the time taken out of its clock
+                # for them: nfgate_core_stalls_total, nfgate_core_stalled_ms_total.
+                "stalls": self.loop_clock.stalls if self.loop_clock is not None else 0,
+                "stalled_ms": self.loop_clock.stalled_ms if self.loop_clock is not None else 0,
             }
         }
         for name, edge in self.edges.items():

@@ -113,7 +113,9 @@ def build(
     for line in bound:
         log.info("%s", line)
     _warn_open_edges(edges)
-    gateway = Gateway(Router(cfg.routing), edges, wake_fd=wake_fd, logs=logs, drain_ms=cfg.drain_ms)
+    gateway = Gateway(
+        Router(cfg.routing), edges, wake_fd=wake_fd, logs=logs, drain_ms=cfg.drain_ms, stall_ms=cfg.stall_ms
+    )
     gateway.on_close(store.close)
     gateway.on_close(lambda: stop_authenticators(context))
     for edge in edges:
@@ -260,7 +262,7 @@ def _metrics(holder: list[Gateway], url: str) -> MetricsServer:
         state = holder[0].state if holder else "starting"
         if state not in ("running", "draining"):
             return 200, state
-        # An idle loop still comes round every second (gateway.MAX_SLEEP_MS) and publishes.
+        # An idle loop still comes round twice a second (gateway.MAX_SLEEP_MS) and publishes.
         quiet = time.monotonic() - holder[0].published_at
         if quiet > STALLED_S:
             return 503, f"the loop has not come round for {quiet:.0f} s"

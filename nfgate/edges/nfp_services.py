@@ -90,7 +90,9 @@ class NfpServices:
     def __init__(self, edge: NfpEdge, options: NfpOptions) -> None:
         self._edge = edge
         self._options = options
-        self._started = time.time()
+        self._started = time.time()  # shown as the start's date
+        # Uptime from the monotonic clock: the wall clock steps (NTP, a VM resumed).
+        self._started_mono = time.monotonic()
         self._process = psutil.Process()
         self._process.cpu_percent(interval=None)  # primes it: each call reports since the last
 
@@ -176,7 +178,9 @@ class NfpServices:
         """What the MMI tasks read; ``process`` False leaves out the process figures
         (:class:`ProcessInfo`'s zeros), which cost milliseconds to read."""
         gateway = self._edge.gateway
-        now_mono = time.monotonic_ns() // 1_000_000
+        # The loop's time, which the workers' last beats are on (a stall, a paused
+        # process, is taken out of it: nfgate.loopclock).
+        now_mono = gateway.now() if gateway is not None else time.monotonic_ns() // 1_000_000
         workers = []
         stats: Mapping[str, int] = {}
         endpoints: tuple[tuple[str, str, str], ...] = ()
@@ -184,6 +188,8 @@ class NfpServices:
             # NorFab's "messaging" counters are its one socket's; nfgate's are every edge's.
             events = sum(e.counters["events_received"] for e in gateway.edges.values())
             stats = {**gateway.router.stats(), **attrs.asdict(gateway.traffic()), "events_received": events}
+            if gateway.loop_clock is not None:  # the loop's stalls: a paused process
+                stats.update(gateway.loop_clock.stats())
             endpoints = tuple((e.name, e.protocol, e.endpoint) for e in gateway.edges.values())
             for w in gateway.router.workers():
                 edge = gateway.edges.get(w.peer.edge)
@@ -207,7 +213,7 @@ class NfpServices:
             broker=BrokerInfo(
                 version=__version__,
                 started=self._started,
-                uptime_s=time.time() - self._started,
+                uptime_s=time.monotonic() - self._started_mono,
                 endpoints=endpoints,
                 inventory=str(self._options.inventory_path or ""),
                 files_root=str(self._options.files.path) if self._options.files is not None else "",

@@ -6,7 +6,10 @@ import logging
 
 import pytest
 
+from nfgate.gateway import Gateway
 from nfgate.loopclock import STALL_MS, LoopClock
+from nfgate.metrics import render
+from nfgate.routing import Router
 
 
 class Source:
@@ -107,3 +110,15 @@ def test_one_warning_per_ten_seconds_saying_how_long_and_that_timers_shifted(
     assert "timers shifted by 2500 ms" in warnings[0]
     assert "4 stall(s) (6500 ms) since the last" in warnings[1]
     assert clock.stats() == {"stalls": 5, "stalled_ms": 2500 + 3 * 1000 + 3500}
+
+
+def test_the_gateway_runs_on_it_and_exports_its_counters() -> None:
+    gateway = Gateway(Router(), [], stall_ms=1500)
+    assert gateway.loop_clock is not None and gateway.loop_clock.stall_ms == 1500
+    core = gateway.stats()["core"]
+    assert (core["stalls"], core["stalled_ms"]) == (0, 0)
+    page = render(gateway.stats(), {}, 1.0)
+    assert "nfgate_core_stalls_total 0" in page
+    assert "nfgate_core_stalled_ms_total 0" in page
+    # A test's own clock is its own: no stall handling, the counters at 0.
+    assert Gateway(Router(), [], clock=lambda: 0).stats()["core"]["stalls"] == 0
