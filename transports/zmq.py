@@ -111,7 +111,12 @@ class RouterEndpoint:
         self.sent = 0  # messages handed to libzmq
         self.oversized = 0  # messages dropped for having more than max_frames frames
         self.too_large = 0  # messages dropped for adding up to more than max_message_bytes
-        self.unroutable = 0  # replies to peers that are gone
+        self.unroutable = 0  # replies to peers that are gone (EHOSTUNREACH)
+        # Messages dropped because the peer's send queue was at its high-water mark
+        # (EAGAIN): a peer that does not read, or not fast enough. Counted apart from
+        # unroutable: the peer is there, and an operator must hear of it (the edge warns).
+        self.queue_full = 0
+        self.last_full = False  # whether the last send that failed met a full queue
         self.monitor: zmq.Socket[bytes] | None = None  # see watch_connections()
         self._last: zmq.Frame | None = None  # the identity part of the last message read
         self.curve_guard: Guard | None = None  # a CURVE server's client-key policy and refusals
@@ -191,10 +196,11 @@ class RouterEndpoint:
             log.debug("%s: message from %s %s", self.url, identity_label(parts[0]), reason)
 
     def send(self, identity: bytes, frames: Sequence[bytes], *, probe: bool = False) -> bool:
-        """Send ``frames`` to the peer ``identity``; False if that peer is gone or its
-        queue is full (counted in :attr:`unroutable`, unless ``probe``: a send that
-        may find the peer not connected yet, as the SADA channel's RINTR after a
-        restart). Raises :class:`TransportError` for any other failure."""
+        """Send ``frames`` to the peer ``identity``; False if that peer is gone (counted
+        in :attr:`unroutable`) or its queue is full (:attr:`queue_full`;
+        :attr:`last_full` then True), uncounted with ``probe``: a send that may find
+        the peer not connected yet, as the SADA channel's RINTR after a restart).
+        Raises :class:`TransportError` for any other failure."""
         send = self._send
         try:
             # Only the first part can fail (unknown peer, HWM): a message is atomic.
@@ -204,7 +210,12 @@ class RouterEndpoint:
             send(frames[-1] if frames else b"", _NOBLOCK)
         except zmq.ZMQError as exc:
             if exc.errno in (zmq.EHOSTUNREACH, zmq.EAGAIN):
-                if not probe:
+                self.last_full = exc.errno == zmq.EAGAIN
+                if probe:
+                    pass
+                elif self.last_full:
+                    self.queue_full += 1
+                else:
                     self.unroutable += 1
                 return False
             raise TransportError(f"send on {self.url} failed: {exc.strerror}") from None
@@ -254,8 +265,8 @@ class RouterEndpoint:
 
     @property
     def send_failures(self) -> int:
-        """Messages that could not be sent (:attr:`unroutable`)."""
-        return self.unroutable
+        """Messages that could not be sent (:attr:`unroutable`, :attr:`queue_full`)."""
+        return self.unroutable + self.queue_full
 
     def close(self) -> None:
         if self.monitor is not None:

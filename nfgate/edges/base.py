@@ -150,7 +150,14 @@ class Edge(abc.ABC):
     # Every event name the edge counts: its counters start at 0, so each is exported from
     # the start (a Prometheus counter that first appears at 1 hides that first increase).
     # connections_closed: workers' connections seen closing (RouterEdge.watches_connections).
-    EVENTS: ClassVar[tuple[str, ...]] = ("connections_closed", "internal_errors", "undecodable", "unroutable")
+    # send_queue_full: messages dropped because the peer's send queue was full (send_dropped).
+    EVENTS: ClassVar[tuple[str, ...]] = (
+        "connections_closed",
+        "internal_errors",
+        "send_queue_full",
+        "undecodable",
+        "unroutable",
+    )
     # True for an edge whose clients' requests outlive a stop (NFP's stored jobs, taken
     # up again after a restart); the others' open requests are ended at exit with their
     # protocol's "unavailable" (Router.abandon).
@@ -364,19 +371,37 @@ class Edge(abc.ABC):
         which a hostile peer could turn into a flood of the log. Each kind (``what``)
         has its own minute: one kind's flood does not hide another's first warning.
         (:meth:`limit_hit` logs the requests a limit refused the same way.)"""
+        self._warn_limited(what, f"{what} from {source}: {reason}")
+
+    def send_dropped(self, address: bytes, high_water_mark: int) -> None:
+        """Count and log a message to ``address`` the transport dropped because the
+        peer's send queue was full (``high_water_mark`` messages, EAGAIN): a peer that
+        does not read, or not as fast as it is sent to (a client asking without reading
+        the answers, a stuck worker). Counted as ``send_queue_full``, and a WARNING
+        rate-limited as :meth:`malformed`'s: the message is lost, and a counter alone
+        is seen by nobody until it is looked at."""
+        self.counters["send_queue_full"] += 1
+        self._warn_limited(
+            "send_queue_full",
+            f"send_queue_full to {peer_label(address)}: message dropped, the peer's send queue "
+            f"holds {high_water_mark} messages ([limits] high_water_mark): it does not read, "
+            "or not as fast as it is sent to",
+        )
+
+    def _warn_limited(self, what: str, text: str) -> None:
+        """``text`` at DEBUG, and at WARNING for the first of kind ``what`` and then at
+        most once a minute with the number since (:meth:`malformed`)."""
         unwarned, warn_at = self._malformed.get(what, (0, 0.0))
         now = _clock()
         if now < warn_at:
             self._malformed[what] = (unwarned + 1, warn_at)
-            log.debug("%s: %s from %s: %s", self.name, what, source, reason)
+            log.debug("%s: %s", self.name, text)
             return
         log.warning(
-            "%s: %s from %s: %s (%d such message(s) since the last of these warnings, "
+            "%s: %s (%d such message(s) since the last of these warnings, "
             "given at most once a minute; each is logged at DEBUG)",
             self.name,
-            what,
-            source,
-            reason,
+            text,
             unwarned + 1,
         )
         self._malformed[what] = (0, now + MALFORMED_WARN_S)

@@ -358,7 +358,8 @@ class RouterEdge(Edge, Decoding):
         return (self.transport,)
 
     def send(self, address: bytes, frames: list[bytes]) -> bool:
-        """Send to a peer; False (and counted) when it is gone or not reading.
+        """Send to a peer; False (and counted) when it is gone (``unroutable``) or its
+        send queue is full (``send_queue_full``, and a rate-limited WARNING).
 
         What :meth:`send_later` queued goes first, so every peer gets its messages in
         the order the edge produced them.
@@ -368,9 +369,13 @@ class RouterEdge(Edge, Decoding):
         return self._send_now(address, frames)
 
     def _send_now(self, address: bytes, frames: list[bytes]) -> bool:
-        if self.transport.send(address, frames):
+        transport = self.transport
+        if transport.send(address, frames):
             return True
-        self.counters["unroutable"] += 1
+        if transport.last_full:
+            self.send_dropped(address, transport.limits.high_water_mark)
+        else:
+            self.counters["unroutable"] += 1
         return False
 
     def _send_outgoing(self) -> None:
@@ -397,7 +402,7 @@ class RouterEdge(Edge, Decoding):
     def send_queued(self) -> list[bytes]:
         """Send what :meth:`send_later` queued, in order; return the addresses of
         queued messages that could not be delivered since the last call (each counted
-        as ``unroutable``)."""
+        as ``unroutable`` or ``send_queue_full``)."""
         if self._outgoing:
             self._send_outgoing()
         failed, self._unreachable = self._unreachable, []

@@ -187,7 +187,10 @@ class SadaServerEdge(Edge, Decoding):
             return False
         if self.transport.send(channel.identity, frames):
             return True
-        self.counters["unroutable"] += 1
+        if self.transport.last_full:
+            self.send_dropped(channel.identity, self.transport.limits.high_water_mark)
+        else:
+            self.counters["unroutable"] += 1
         return False
 
     def undecodable(self, address: bytes, frames: list[bytes]) -> None:

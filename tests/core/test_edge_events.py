@@ -11,6 +11,7 @@ name counted with a literal, so a new counter left out of ``EVENTS`` fails here.
 from __future__ import annotations
 
 import ast
+import logging
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from nfgate.edges.nfp import NfpEdge
 from nfgate.edges.sada import SadaChannelEdge
 from nfgate.edges.sada_server import SadaServerEdge
 from nfgate.metrics import render
+from nfgate.transports.zmq import Limits, connect_dealer
 
 EDGES = Path(__file__).resolve().parent.parent.parent / "nfgate" / "edges"
 ALL: tuple[type[Edge], ...] = (DbpEdge, DcpEdge, MemodbEdge, NfpEdge, SadaChannelEdge, SadaServerEdge)
@@ -101,5 +103,42 @@ def test_a_new_edge_exports_every_event_at_zero() -> None:
         for name in DcpEdge.EVENTS:
             assert f'nfgate_edge_events_total{{edge="dcp",protocol="dcp",event="{name}"}} 0' in text
     finally:
+        edge.close()
+        context.destroy(linger=0)
+
+
+def test_a_message_dropped_for_a_full_send_queue_is_counted_and_warned_of_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    settings = EdgeSettings(
+        name="dcp", protocol="dcp", url="tcp://127.0.0.1:0", context=context, limits=Limits(high_water_mark=1)
+    )
+    edge = DcpEdge(settings)
+    peer = connect_dealer(context, edge.endpoint, identity=b"slow")
+    try:
+        peer.setsockopt(zmq.RCVHWM, 1)
+        peer.send_multipart([b"hello"])
+        assert edge.transport.socket.poll(5000)
+        got = edge.transport.recv()
+        assert got is not None and got[0] == b"slow"
+        body = b"x" * 65536
+        with caplog.at_level(logging.DEBUG, logger="nfgate.edge"):
+            # It never reads: libzmq's queues and the kernel's fill up (bounded).
+            dropped = 0
+            for _ in range(5000):
+                if not edge.send(b"slow", [b"", body]):
+                    dropped += 1
+                    if dropped == 3:
+                        break
+        assert dropped == 3, "the peer's queue never filled"
+        assert (edge.counters["send_queue_full"], edge.counters["unroutable"]) == (3, 0)
+        assert edge.transport.queue_full == 3 and edge.traffic().send_failures == 3
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1, warnings  # the next two at DEBUG: a minute has not passed
+        assert "dcp: send_queue_full to slow: message dropped" in warnings[0]
+        assert "high_water_mark" in warnings[0]
+    finally:
+        peer.close(0)
         edge.close()
         context.destroy(linger=0)

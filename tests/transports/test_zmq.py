@@ -117,3 +117,26 @@ def test_a_message_over_the_byte_limit_in_small_frames_is_dropped_and_counted(
     assert router.send(identity, [b"", b"still served"])  # the peer is not cut off
     assert dealer.poll(5000) and dealer.recv_multipart() == [b"", b"still served"]
     router.close()
+
+
+def fill(send: object, identity: bytes, tries: int = 5000) -> int:
+    """Send 64 KiB messages to a peer that does not read until a send fails (bounded);
+    the number sent."""
+    body = b"x" * 65536
+    for i in range(tries):
+        if not send(identity, [b"", body]):  # type: ignore[operator]
+            return i
+    raise AssertionError(f"{tries} messages of 64 KiB sent and the queue never filled")
+
+
+def test_a_full_send_queue_is_counted_apart_from_a_vanished_peer(ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+    router = RouterEndpoint(ctx, "tcp://127.0.0.1:*", Limits(high_water_mark=1))
+    dealer = connect_dealer(ctx, router.endpoint, identity=b"slow")
+    dealer.setsockopt(zmq.RCVHWM, 1)
+    dealer.send_multipart([b"hello"])
+    identity, _ = _recv(router)
+    sent = fill(router.send, identity)  # it never reads: libzmq's queues and the kernel's fill up
+    assert router.last_full and router.queue_full == 1 and router.unroutable == 0
+    assert not router.send(b"nobody", [b"", b"x"]) and not router.last_full
+    assert (router.sent, router.queue_full, router.unroutable, router.send_failures) == (sent, 1, 1, 2)
+    router.close()
