@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import psutil
@@ -219,3 +220,16 @@ def test_a_task_that_is_not_a_string_is_norfabs_unsupported_task(gw: Running, ta
     reply = get(client)
     assert isinstance(reply, Response) and reply.status == 200
     assert json.loads(reply.body[0]) == f"Unsupported task '{task}'"
+
+
+def test_show_broker_reports_the_loops_stalls_and_a_monotonic_uptime(
+    gw: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = gw.dealer("nfp")
+    # The wall clock stepped back an hour (NTP, a VM resumed): the uptime does not care.
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() - 3600)
+    status, shown = mmi_call(client, "mmi.service.broker", "show_broker")
+    assert status == 200 and isinstance(shown, dict)
+    assert 0 <= shown["uptime (s)"] < 600
+    assert shown["stats"]["stalls"] == 0 and shown["stats"]["stalled_ms"] == 0
