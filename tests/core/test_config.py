@@ -76,6 +76,7 @@ enabled = false
         ("[gateway]\njob_retention_s = 10000000000000000\n", "gateway.job_retention_s"),
         ("[gateway]\ndrain_ms = -1\n", "gateway.drain_ms"),
         ("[gateway]\ndrain_ms = 1.5\n", "gateway.drain_ms"),
+        ("[gateway]\nstall_ms = -1\n", "gateway.stall_ms"),
         ("[edges.memodb]\nsend_timeout_ms = 3000000000\n", "edges.memodb.send_timeout_ms"),
         ("[edges.dbp]\nbeacon_interval_ms = 3000000000\n", "edges.dbp.beacon_interval_ms"),
         ("[edges.nfp]\nheartbeat_ms = 3000000000\n", "edges.nfp.heartbeat_ms"),
@@ -109,6 +110,11 @@ def test_job_retention_is_a_day_unless_configured(tmp_path: Path) -> None:
 def test_a_stop_drains_for_five_seconds_unless_configured(tmp_path: Path) -> None:
     assert load(None, data_dir=tmp_path).drain_ms == 5_000
     assert load(write(tmp_path, "[gateway]\ndrain_ms = 0\n")).drain_ms == 0
+
+
+def test_a_stall_is_a_second_unless_configured(tmp_path: Path) -> None:
+    assert load(None, data_dir=tmp_path).stall_ms == 1000
+    assert load(write(tmp_path, "[gateway]\nstall_ms = 0\n")).stall_ms == 0
 
 
 def test_fsync_is_on_unless_switched_off(tmp_path: Path) -> None:
