@@ -188,7 +188,7 @@ class JobStore:
         self.path = Path(path)
         self.fsync = fsync
         self.retention_ms = retention_ms  # finished jobs older than this go (expire); 0: never
-        self._wal_fd: int | None = None  # opened at the first durable commit
+        self._wal_fd: int | None = None  # opened at start (with fsync), again if it changed
         self._wal_ino = 0
         self._durable = False  # the open transaction holds a write that needs the fsync
         self._unsynced = False  # a committed transaction still needs it (commit(sync=False))
@@ -230,6 +230,10 @@ class JobStore:
             _warn_if_open(self.path)  # a store this version serves
             # The WAL is named after the database file as SQLite resolved it (symlinks).
             self._wal_path = Path(self._db.execute("PRAGMA database_list").fetchone()[2] + "-wal")
+            if fsync and self._wal:
+                # Now, while descriptors are free: a commit then needs no new one (a
+                # flood of peers can take them all; _sync_wal says what that costs).
+                self._open_wal()
             # Read now, for the restart's recovery: a damaged page or row then stops the
             # gateway here, in one line, before any edge is bound.
             self._recovering: list[JobRecord] | None = self._unfinished()
@@ -247,6 +251,8 @@ class JobStore:
             db = getattr(self, "_db", None)
             if db is not None:
                 db.close()
+            if self._wal_fd is not None:
+                os.close(self._wal_fd)
             self._unlock()
             if isinstance(exc, ConfigError):
                 raise  # already says what is wrong
@@ -368,15 +374,20 @@ class JobStore:
 
         Raises :class:`OSError` (the WAL cannot be opened or synced). After a failed
         sync, every later one raises too: the kernel may have dropped the pages it
-        failed to write and marked them clean, so a later success proves nothing.
+        failed to write and marked them clean, so a later success proves nothing. A
+        failed open is not a failed sync: the next call opens again.
         """
         if self._sync_error is not None:
             raise OSError(f"an earlier fsync of {self._wal_path} failed") from self._sync_error
+        fd = self._wal_fd
+        # The WAL keeps its inode while this connection is open; reopen if it did not.
+        # An open that fails (EMFILE: the process is out of descriptors) fails this
+        # batch only: no write was dropped, so the next sync, once it can open, proves
+        # the commits before it durable. Poisoning here made the store refuse every job
+        # for good after one flood of connections.
+        if fd is None or os.stat(self._wal_path).st_ino != self._wal_ino:
+            fd = self._open_wal()
         try:
-            fd = self._wal_fd
-            # The WAL keeps its inode while this connection is open; reopen if it did not.
-            if fd is None or os.stat(self._wal_path).st_ino != self._wal_ino:
-                fd = self._open_wal()
             _datasync(fd)
         except OSError as exc:
             self._sync_error = exc
