@@ -15,11 +15,14 @@ and ``nfgate_edge_message_failures_total{...}`` for the messages each edge moved
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import urlsplit
 
 from nfgate.errors import ConfigError, TransportError
@@ -45,6 +48,11 @@ POLL_S = 0.05  # how often the HTTP thread looks for close(): bounds what a stop
 # thread of its own, which waited for ever without it: idle connections (a scraper that
 # hung, a port scan) each kept one, past close() too.
 IDLE_S = 10.0
+# An accept that fails for want of descriptors (or kernel memory) is tried again after
+# this pause; its WARNING comes at most this often.
+ACCEPT_BACKOFF_S = 0.25
+ACCEPT_WARN_EVERY_S = 60.0
+_SCARCE = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 Snapshot = Mapping[str, Mapping[str, int]]
 """``{"core": {...}, "edge:<name>": {...}, "traffic:<name>": {...}}`` as
@@ -98,6 +106,20 @@ def render(snapshot: Snapshot, protocols: Mapping[str, str], uptime_s: float) ->
             lines += [f"# TYPE {metric} gauge", f"{metric} {value}"]
         else:
             lines += [f"# TYPE {metric}_total counter", f"{metric}_total {value}"]
+    # The process (nfgate.fdlimit): its open-file limit and the looks that found it used up.
+    process = snapshot.get("process", {})
+    if "fd_limit" in process:
+        lines += [
+            "# HELP nfgate_process_fd_limit The open-file limit (soft RLIMIT_NOFILE) of the gateway.",
+            "# TYPE nfgate_process_fd_limit gauge",
+            f"nfgate_process_fd_limit {process['fd_limit']}",
+        ]
+    if "fd_exhausted" in process:
+        lines += [
+            "# HELP nfgate_process_fd_exhausted_total Looks (one a second) that found no file descriptor free.",
+            "# TYPE nfgate_process_fd_exhausted_total counter",
+            f"nfgate_process_fd_exhausted_total {process['fd_exhausted']}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -153,14 +175,46 @@ Probe = Callable[[], tuple[int, str]]
 """A health probe: (HTTP status, one line saying why)."""
 
 
-class _Server6(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    """A threading HTTP server that pauses after an accept that failed for want of
+    descriptors or memory. Why: the listening socket stays readable while the
+    connection waits in the backlog, so socketserver's loop (which drops the error and
+    polls again) took a whole core for as long as the process was out of descriptors.
+    The connection is accepted once descriptors are free again."""
+
+    daemon_threads = True
+    stopping: threading.Event  # set by MetricsServer.close: a pause ends at once
+    accept_failures = 0
+    _warned_at = -ACCEPT_WARN_EVERY_S
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in _SCARCE:
+                self.accept_failures += 1
+                now = time.monotonic()
+                if now - self._warned_at >= ACCEPT_WARN_EVERY_S:
+                    self._warned_at = now
+                    log.warning(
+                        "metrics: cannot accept a connection (%s): pausing %.2f s between tries"
+                        " (%d failed accept(s) so far)",
+                        exc.strerror or exc,
+                        ACCEPT_BACKOFF_S,
+                        self.accept_failures,
+                    )
+                self.stopping.wait(ACCEPT_BACKOFF_S)
+            raise
+
+
+class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
-def _server_for(host: str) -> type[ThreadingHTTPServer]:
+def _server_for(host: str) -> type[_Server]:
     """The server class for ``host``: IPv6 for an IPv6 address (``http://[::1]:9464``;
     urlsplit hands it over without brackets), IPv4 otherwise. Raises nothing."""
-    return _Server6 if ":" in host else ThreadingHTTPServer
+    return _Server6 if ":" in host else _Server
 
 
 class MetricsServer:
@@ -202,7 +256,7 @@ class MetricsServer:
             self._httpd = _server_for(host)((host, port), Handler)
         except OSError as exc:
             raise TransportError(f"cannot bind metrics on {url}: {exc.strerror or exc}") from None
-        self._httpd.daemon_threads = True
+        self._httpd.stopping = threading.Event()
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{self._httpd.server_address[1]}/metrics"
         # shutdown() waits for serve_forever to look at its flag, once per poll_interval
@@ -212,7 +266,13 @@ class MetricsServer:
         )
         self._thread.start()
 
+    @property
+    def accept_failures(self) -> int:
+        """Accepts that failed for want of descriptors or memory (each followed by a pause)."""
+        return self._httpd.accept_failures
+
     def close(self) -> None:
+        self._httpd.stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)

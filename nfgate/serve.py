@@ -8,7 +8,6 @@ one line on stderr and exit status 2; a clean stop is exit status 0.
 from __future__ import annotations
 
 import logging
-import resource
 import signal
 import socket
 import sqlite3
@@ -19,6 +18,7 @@ from types import FrameType
 
 import zmq
 
+from nfgate import fdlimit
 from nfgate.capture import Capture, check_edges
 from nfgate.config import ServeConfig, load
 from nfgate.edges import Edge, EdgeSettings
@@ -36,17 +36,6 @@ __all__ = ["build", "serve"]
 log = logging.getLogger("nfgate")
 
 STALLED_S = 10.0  # /healthz fails when the loop has not published its counters for this long
-
-
-def _raise_fd_limit() -> None:
-    # Every connected peer is a file descriptor; 1,000 workers exceed the usual soft 1024.
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard > soft:
-        target = 65536 if hard == resource.RLIM_INFINITY else hard
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):
-            log.debug("could not raise the open-file limit from %d", soft)
 
 
 def build(
@@ -196,7 +185,10 @@ def serve(
     # get_logs (mmi.service.broker) serves the start-up lines too: edges bound, ready.
     logs = LogRing()
     log.addHandler(logs)
-    _raise_fd_limit()
+    # Every connected peer is a descriptor: 1,000 workers exceed the usual soft 1024.
+    limit = fdlimit.raise_soft_limit()
+    edge_count = sum(len(ec.bind or ("",)) for ec in cfg.edges if ec.enabled)
+    fdlimit.check_start(limit, edge_count, cfg.metrics is not None)
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     holder: list[Gateway] = []
     exporter: MetricsServer | None = None
@@ -212,9 +204,19 @@ def serve(
         # Metrics first: a port in use is then the only line printed. But a data dir in
         # use is the likelier cause (the same config started twice): said first.
         check_unlocked(lock_path(cfg.data_dir / STORE_FILE))  # the store's, opened in build()
-        exporter = _metrics(holder, cfg.metrics) if cfg.metrics is not None else None
-        gateway = build(cfg, context, wake_fd=reader.fileno(), logs=logs)
+        try:
+            exporter = _metrics(holder, cfg.metrics) if cfg.metrics is not None else None
+            gateway = build(cfg, context, wake_fd=reader.fileno(), logs=logs)
+        except Exception as exc:
+            # Out of descriptors while binding (libzmq, NNG, SQLite or an import each say
+            # it their own way, some with a traceback): the limit is the user's to raise.
+            if fdlimit.is_exhaustion(exc):
+                raise fdlimit.exhausted_at_start(limit, edge_count, cfg.metrics is not None) from None
+            raise
         holder.append(gateway)
+        if (warning := fdlimit.room_warning(limit, edge_count, cfg.metrics is not None)) is not None:
+            log.warning("%s", warning)
+        gateway.extra_stats["process"] = fdlimit.FdWatch(limit).stats
         if asked:  # a stop asked for during start-up (a slow inventory, say) is not lost
             gateway.stop()
         if exporter is not None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -32,12 +33,19 @@ class Server:
         return self.lines
 
 
-def start(*args: str, expect_ready: bool = True) -> Server:
+def start(*args: str, expect_ready: bool = True, nofile: int | None = None) -> Server:
+    """``nofile``: the child's RLIMIT_NOFILE, soft and hard (this process's stays)."""
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "nfgate", "serve", *args],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
+        preexec_fn=limit if nofile is not None else None,
     )
     endpoints: dict[str, str] = {}
     lines: list[str] = []
