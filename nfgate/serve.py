@@ -91,6 +91,13 @@ def build(
                 key = getattr(edge, "curve_client_key", "")
                 secured = f" (CURVE client, public key {key})" if key else ""
                 bound.append(f"{name} edge ({ec.kind}) started{secured}")
+        # Inside the try: the gateway takes descriptors too (a socket monitor per ZeroMQ
+        # edge), and a start that runs out of them there must close what it bound.
+        gateway = Gateway(
+            Router(cfg.routing), edges, wake_fd=wake_fd, logs=logs, drain_ms=cfg.drain_ms, stall_ms=cfg.stall_ms
+        )
+        for edge in edges:
+            edge.attach(gateway)
     except BaseException:  # a bug too: the edges bound so far must not hold the exit
         for edge in edges:
             edge.close()
@@ -102,13 +109,8 @@ def build(
     for line in bound:
         log.info("%s", line)
     _warn_open_edges(edges)
-    gateway = Gateway(
-        Router(cfg.routing), edges, wake_fd=wake_fd, logs=logs, drain_ms=cfg.drain_ms, stall_ms=cfg.stall_ms
-    )
     gateway.on_close(store.close)
     gateway.on_close(lambda: stop_authenticators(context))
-    for edge in edges:
-        edge.attach(gateway)
     if capture is not None and cfg.capture is not None:
         capture.attach(edges)
         # Closed after the edges (the closers run after them): their last sends are in it.
