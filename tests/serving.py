@@ -33,19 +33,26 @@ class Server:
         return self.lines
 
 
-def start(*args: str, expect_ready: bool = True, nofile: int | None = None) -> Server:
-    """``nofile``: the child's RLIMIT_NOFILE, soft and hard (this process's stays)."""
+def start(
+    *args: str, expect_ready: bool = True, nofile: int | None = None, fsize: int | None = None
+) -> Server:
+    """``nofile``: the child's RLIMIT_NOFILE, soft and hard; ``fsize``: its RLIMIT_FSIZE
+    in bytes, with SIGXFSZ ignored, so that a write past it fails with EFBIG as on a
+    full disk (this process's limits stay)."""
 
     def limit() -> None:
         if nofile is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        if fsize is not None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an ignored signal stays so across exec
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "nfgate", "serve", *args],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
-        preexec_fn=limit if nofile is not None else None,
+        preexec_fn=limit if nofile is not None or fsize is not None else None,
     )
     endpoints: dict[str, str] = {}
     lines: list[str] = []
