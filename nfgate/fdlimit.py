@@ -164,8 +164,10 @@ def _probe() -> bool:
 class FdWatch:
     """Looks, each time :meth:`stats` is called (the gateway publishes once a second),
     whether the process is out of descriptors; counts each look that finds it so
-    (``exhausted``), and logs a WARNING at most every :data:`WARN_EVERY_S` while it
-    lasts, and one line when descriptors are free again. Raises nothing."""
+    (``exhausted``). A WARNING at most every :data:`WARN_EVERY_S`, with the count of
+    such looks since the last one, and after it one line when descriptors are free
+    again: a flood that comes and goes every second (peers that retry) gives two lines
+    a minute, not two a second. Raises nothing."""
 
     def __init__(
         self,
@@ -177,14 +179,15 @@ class FdWatch:
         self.exhausted = 0  # looks that found no descriptor free
         self._probe = probe
         self._clock = clock
-        self._warned_at: float | None = None  # the last WARNING of this outage
-        self._since = 0  # looks that found it so since that WARNING
+        self._warned_at: float | None = None  # the last WARNING
+        self._announced = False  # a WARNING went out and no "free again" since
+        self._since = 0  # looks that found it so since the last WARNING
 
     def check(self) -> bool:
         """One look; True when the process is out of descriptors now."""
         if not self._probe():
-            if self._warned_at is not None:
-                self._warned_at = None
+            if self._announced:
+                self._announced = False
                 log.warning("file descriptors are free again (open-file limit %d)", self.limit.soft)
             return False
         self.exhausted += 1
@@ -199,7 +202,7 @@ class FdWatch:
                 self._since,
                 HINT,
             )
-            self._warned_at, self._since = now, 0
+            self._warned_at, self._since, self._announced = now, 0, True
         return True
 
     def stats(self) -> dict[str, int]:

@@ -68,22 +68,30 @@ def test_exhaustion_is_recognised_behind_a_wrapping_error() -> None:
 
 
 def test_fdwatch_counts_each_look_and_warns_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
-    out = [False, True, True, True, False, True]
+    # free, out x3, free, out (within the minute), then out again a minute later, free.
+    out = [False, True, True, True, False, True, True, False]
     clock = [0.0]
     watch = FdWatch(Limit(soft=64, hard=64), probe=lambda: out.pop(0), clock=lambda: clock[0])
     caplog.set_level(logging.WARNING, logger="nfgate")
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records]
+
     assert watch.stats() == {"fd_exhausted": 0, "fd_limit": 64}
     for _ in range(3):
         clock[0] += 1
-        watch.check()
-    warnings = [r.getMessage() for r in caplog.records]
-    assert len(warnings) == 1 and "out of file descriptors (open-file limit 64)" in warnings[0]
-    assert watch.check() is False  # free again: said once
-    assert "free again" in caplog.records[-1].getMessage()
+        assert watch.check() is True
+    assert len(said()) == 1 and "out of file descriptors (open-file limit 64)" in said()[0]
+    assert watch.check() is False
+    assert "free again" in said()[-1]  # once, after a WARNING
     clock[0] += 1
-    assert watch.check() is True  # a new outage warns at once
-    assert watch.exhausted == 4
-    assert sum("out of file descriptors" in r.getMessage() for r in caplog.records) == 2
+    assert watch.check() is True  # an outage within the minute: counted, not said
+    assert len(said()) == 2
+    clock[0] += fdlimit.WARN_EVERY_S
+    assert watch.check() is True
+    assert len(said()) == 3 and "(4 such look(s)" in said()[-1]  # 3 since the first WARNING, and this one
+    assert watch.check() is False and "free again" in said()[-1]
+    assert watch.exhausted == 5
 
 
 def test_fdwatch_probe_sees_a_process_with_descriptors_free() -> None:
