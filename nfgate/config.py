@@ -96,7 +96,12 @@ _LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    """``$XDG_DATA_HOME/nfgate``, else ``~/.local/share/nfgate``. A relative
+    ``XDG_DATA_HOME`` is ignored: the XDG Base Directory spec calls it invalid (it would
+    name a different folder from every working directory)."""
+    base = os.environ.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(base):
+        base = str(Path.home() / ".local" / "share")
     return Path(base) / "nfgate"
 
 
@@ -105,9 +110,16 @@ class EdgeConfig:
     kind: str
     enabled: bool = True
     bind: tuple[str, ...] = ()
-    heartbeat_ms: int = 2500
-    liveness: int = 3
+    # None for a kind without heartbeats (EdgeKind.heartbeat None: sada-server).
+    heartbeat_ms: int | None = 2500
+    liveness: int | None = 3
     options: Mapping[str, Any] = attrs.field(factory=dict)  # the kind's extra keys, parsed
+
+    def edge_options(self) -> dict[str, object]:
+        """What the edge's factory is given as ``EdgeSettings.options``: the kind's keys,
+        and ``heartbeat`` as ``(interval ms, liveness)`` for a kind that has one."""
+        beat = {} if self.heartbeat_ms is None else {"heartbeat": (self.heartbeat_ms, self.liveness)}
+        return {**beat, **self.options}
 
 
 @attrs.frozen(kw_only=True)
@@ -171,7 +183,6 @@ def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
     enabled = table.get("enabled", True)
     if not isinstance(enabled, bool):
         raise ConfigError(f"config: {where}.enabled must be true or false")
-    interval, liveness = spec.heartbeat
     options = {
         key: parse(table[key], f"{where}.{key}", base) if key in table else default
         for key, (parse, default) in spec.options.items()
@@ -190,6 +201,11 @@ def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
         raise ConfigError(
             f"config: {where}.bind is empty: give a URL, or switch the edge off with enabled = false"
         )
+    if spec.heartbeat is None:
+        return EdgeConfig(
+            kind=kind, enabled=enabled, bind=bind, heartbeat_ms=None, liveness=None, options=options
+        )
+    interval, liveness = spec.heartbeat
     return EdgeConfig(
         kind=kind,
         enabled=enabled,
@@ -198,6 +214,13 @@ def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
         liveness=_int(table, "liveness", where, liveness, minimum=1),
         options=options,
     )
+
+
+def _edge_keys(kind: str) -> set[str]:
+    """The keys ``[edges.<kind>]`` takes: heartbeat keys only for a kind with heartbeats."""
+    spec = KINDS[kind]
+    common = _EDGE_KEYS if spec.heartbeat is not None else _EDGE_KEYS - {"heartbeat_ms", "liveness"}
+    return common | set(spec.options)
 
 
 def load(
@@ -214,7 +237,10 @@ def load(
     """Build the configuration: defaults, then the TOML file, then the command line.
 
     ``binds`` are ``(edge kind, url)`` pairs from ``--bind``; the URLs given for a kind
-    replace that kind's configured list. Raises :class:`ConfigError` naming the key.
+    replace that kind's configured list and switch the edge on, whatever the file's
+    ``enabled`` says (``--metrics URL`` the same for ``[metrics]``): an option typed on
+    the command line is meant. ``disabled`` (``--no-EDGE``) and ``no_metrics`` win over
+    both. Raises :class:`ConfigError` naming the key.
     """
     doc: dict[str, Any] = {}
     base = Path.cwd()
@@ -242,7 +268,7 @@ def load(
     metrics_on = metrics.get("enabled", True)
     if not isinstance(metrics_on, bool):
         raise ConfigError("config: metrics.enabled must be true or false")
-    metrics_on = metrics_on and not no_metrics
+    metrics_on = (metrics_on or metrics_bind is not None) and not no_metrics
     metrics_url = metrics_bind or metrics.get("bind", DEFAULT_METRICS)
     if not isinstance(metrics_url, str):
         raise ConfigError("config: metrics.bind must be a URL like http://127.0.0.1:9464")
@@ -252,17 +278,22 @@ def load(
         raise ConfigError(f"config: gateway.log_level must be one of {', '.join(_LOG_LEVELS)}, got {level!r}")
     kinds = []
     for kind in DEFAULT_BINDS:
-        table = dict(_table(edges, kind, _EDGE_KEYS | set(KINDS[kind].options), "edges"))
+        table = dict(_table(edges, kind, _edge_keys(kind), "edges"))
         given = [url for k, url in binds if k == kind]
         if given:
             table["bind"] = given
+            table["enabled"] = True
         if kind in disabled:
             table["enabled"] = False
         kinds.append(_edge(kind, table, base))
     for kind, _ in binds:
         if kind not in DEFAULT_BINDS:
             raise ConfigError(f"--bind: unknown edge {kind!r} (known: {', '.join(DEFAULT_BINDS)})")
-    liveness = {e.kind: (e.heartbeat_ms, e.liveness) for e in kinds}
+    liveness = {
+        e.kind: (e.heartbeat_ms, e.liveness)
+        for e in kinds
+        if e.heartbeat_ms is not None and e.liveness is not None
+    }
     rc = RouterConfig()
     router = RouterConfig(
         queue_expiry_ms=_int(routing, "queue_expiry_ms", "routing", rc.queue_expiry_ms),

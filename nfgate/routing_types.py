@@ -57,10 +57,14 @@ DEFAULT_LIVENESS: Final[Mapping[str, tuple[int, int]]] = MappingProxyType(
         "sada": (5000, 3),  # PIRAN channels: PING every 5 s, 3 retries
         "memodb": (10_000, 3),  # bcdb broker: idle heartbeat after 10 s
         "dcp": (2500, 3),
-        "dbp": (2500, 3),
+        # Off: the DBP edge times each service at the interval it registered
+        # (docs/protocols/dbp.md, Heartbeats), as the ``dbp`` edge kind's default says.
+        "dbp": (0, 3),
     }
 )
-"""Per-protocol ``(interval_ms, liveness)``; a worker silent ``interval * liveness`` ms is dropped."""
+"""Per-protocol ``(interval_ms, liveness)``; a worker silent ``interval * liveness`` ms is dropped.
+The same as each edge kind's ``heartbeat`` in :mod:`nfgate.edges.kinds` (a test holds them
+equal), for a core built without a configuration."""
 
 
 def _liveness_map(value: Mapping[str, tuple[int, int]]) -> Mapping[str, tuple[int, int]]:

@@ -76,7 +76,7 @@ def build(
                 url=url,
                 context=context,
                 limits=cfg.limits,
-                options={"heartbeat": (ec.heartbeat_ms, ec.liveness), **ec.options},
+                options=ec.edge_options(),
             )
             try:
                 edge = make(settings, store=store)

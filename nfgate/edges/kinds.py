@@ -69,11 +69,13 @@ CURVE_OPTIONS: Mapping[str, Option] = {
 @attrs.frozen(kw_only=True)
 class EdgeKind:
     """One edge kind. ``binds``: design.md "Default endpoints" (empty for an edge that
-    only connects out); ``heartbeat``: default (interval ms, liveness)."""
+    only connects out); ``heartbeat``: default (interval ms, liveness), or None for a
+    kind that has no heartbeat, whose config then refuses ``heartbeat_ms`` and
+    ``liveness`` as unknown keys (a key read and never used would look like a setting)."""
 
     kind: str
     binds: tuple[str, ...]
-    heartbeat: tuple[int, int]
+    heartbeat: tuple[int, int] | None
     factory: str
     options: Mapping[str, Option] = attrs.field(factory=dict)
     summary: str = ""
@@ -152,7 +154,9 @@ KINDS: dict[str, EdgeKind] = {
         EdgeKind(
             kind="sada-server",
             binds=(),  # connects out to the configured channels
-            heartbeat=(5000, 3),
+            # The spec gives the server role no heartbeat: channels PING servers, a
+            # server only answers (PONG). The edge's peers are channels, not workers.
+            heartbeat=None,
             factory="nfgate.edges.sada_server:make",
             options={
                 "channels": (str_list_option, ()),

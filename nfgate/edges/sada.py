@@ -451,6 +451,10 @@ class SadaChannelEdge(RouterEdge):
         out: list[Command] = []
         if self._recall is not None:
             self._recall.ask(now_ms, self._ask_back)
+        if self._interval <= 0:
+            # heartbeat_ms = 0: no PINGs. The tick still runs for the recall, and every
+            # server's due time is its last message's: each would be PINGed every tick.
+            return out
         due = self._due
         for _ in range(len(due)):
             address, when = next(iter(due.items()))

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from nfgate.config import DEFAULT_BINDS, load
+from nfgate.config import DEFAULT_BINDS, default_data_dir, load
+from nfgate.edges.kinds import KINDS
 from nfgate.errors import ConfigError
+from nfgate.routing_types import DEFAULT_LIVENESS
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -84,6 +86,10 @@ enabled = false
         ("[edges.nfp]\nbind = []\n", "edges.nfp.bind is empty"),
         # An edge that connects out binds nothing: a bind would be silently ignored.
         ("[edges.sada-server]\nbind = 'tcp://127.0.0.1:5056'\n", "edges.sada-server.bind"),
+        # The SADA server role has no heartbeat (specs/safir-darbaan.md: channels PING,
+        # servers answer): the keys were read and never used.
+        ("[edges.sada-server]\nheartbeat_ms = 1000\n", "unknown key edges.sada-server.heartbeat_ms"),
+        ("[edges.sada-server]\nliveness = 2\n", "unknown key edges.sada-server.liveness"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, named: str) -> None:
@@ -148,3 +154,47 @@ def test_a_curve_key_file_whose_keys_are_not_curve_keys_is_refused(tmp_path: Pat
         ConfigError, match=r"edges\.nfp\.curve_secret_key: the public key in .* is not a CURVE key"
     ):
         load(write(tmp_path, "[edges.nfp]\ncurve_secret_key = 'broker.key_secret'\n"))
+
+
+def test_the_command_line_wins_over_the_file_and_no_options_win_over_both(tmp_path: Path) -> None:
+    # docs/broker.md, "Configuration file": --bind and --metrics switch on what the file
+    # switched off; --no-EDGE and --no-metrics switch off whatever else says.
+    path = write(tmp_path, "[edges.dcp]\nenabled = false\n[metrics]\nenabled = false\n")
+    cfg = load(path, binds=[("dcp", "tcp://127.0.0.1:7100")], metrics_bind="http://127.0.0.1:7101")
+    assert cfg.edge("dcp").enabled and cfg.edge("dcp").bind == ("tcp://127.0.0.1:7100",)
+    assert cfg.metrics == "http://127.0.0.1:7101"
+    cfg = load(
+        path,
+        binds=[("dcp", "tcp://127.0.0.1:7100")],
+        disabled=["dcp"],
+        metrics_bind="http://127.0.0.1:7101",
+        no_metrics=True,
+    )
+    assert not cfg.edge("dcp").enabled and cfg.metrics is None
+    cfg = load(path)  # the file alone
+    assert not cfg.edge("dcp").enabled and cfg.metrics is None
+
+
+def test_a_relative_xdg_data_home_is_ignored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # The XDG Base Directory spec: "If an implementation encounters a relative path in
+    # any of these variables it should consider the path invalid and ignore it."
+    home = Path.home() / ".local" / "share" / "nfgate"
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/data")
+    assert default_data_dir() == home
+    monkeypatch.setenv("XDG_DATA_HOME", "")
+    assert default_data_dir() == home
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert default_data_dir() == tmp_path / "nfgate"
+
+
+def test_heartbeat_defaults_are_the_same_everywhere() -> None:
+    # The core's defaults (a Router built without a config), each edge kind's and the
+    # configuration's: DBP's core watchdog was on (2500 ms) in the first, off in the others.
+    cfg = load(None, data_dir=Path("/tmp/x"))
+    for kind, spec in KINDS.items():
+        if spec.heartbeat is None:
+            assert kind not in DEFAULT_LIVENESS and kind not in cfg.routing.liveness
+            continue
+        assert DEFAULT_LIVENESS[kind] == spec.heartbeat == cfg.routing.liveness[kind], kind
+        assert (cfg.edge(kind).heartbeat_ms, cfg.edge(kind).liveness) == spec.heartbeat
+    assert set(DEFAULT_LIVENESS) == {k for k, spec in KINDS.items() if spec.heartbeat is not None}
