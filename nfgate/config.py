@@ -23,7 +23,7 @@ The file (every table and key optional)::
     max_redispatch = 3               # retries after a worker dies (500), times out (504), or its edge cannot send it
     max_queue_per_service = 10000    # beyond it: 503
     max_queued = 50000               # over all services; beyond it: 503
-    max_in_flight_per_worker = 64
+    max_in_flight_per_worker = 64    # requests one worker holds at once, whatever it registered
 
     [limits]
     max_message_bytes = 67108864     # ZMQ_MAXMSGSIZE

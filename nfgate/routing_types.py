@@ -98,6 +98,9 @@ class RouterConfig:
     cancel_keeps_slot: frozenset[str] = attrs.field(
         default=frozenset({"dcp", "sada", "dbp"}), converter=frozenset
     )
+    # The most requests one worker holds at once (late ones included), whatever its
+    # protocol: caps the capacity a worker registers with (NorFab's 5, a SADA server's
+    # server_capacity) and the slots a DCP worker's PINGs grant.
     max_in_flight_per_worker: int = attrs.field(default=64, validator=[v.instance_of(int), v.ge(1)])
 
     def timeout_for(self, peer: Peer) -> int:

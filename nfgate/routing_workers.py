@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
+import attrs
+
 from nfgate.model import Heartbeat, Peer, Register, Status
 from nfgate.queues import (
     Event,
@@ -71,6 +73,10 @@ class WorkerSide(FailureSide):
             self._feed(w, now, out)
 
     def _register(self, cmd: Register, now: int, out: list[Output]) -> None:
+        if cmd.capacity > self._cfg.max_in_flight_per_worker:
+            # The cap is the gateway's, whatever a worker or its edge asks for (a NorFab
+            # worker's norfab_worker_capacity, a SADA server's server_capacity).
+            cmd = attrs.evolve(cmd, capacity=self._cfg.max_in_flight_per_worker)
         w = self._workers.get(cmd.peer)
         if w is not None:
             if w.services == cmd.services and w.name == cmd.name:

@@ -139,6 +139,25 @@ def test_capacity_more_than_one() -> None:
     assert dispatched(answer(r, W1, ids[1])) == [(W1, ids[3])]
 
 
+def test_max_in_flight_per_worker_caps_every_workers_capacity() -> None:
+    # docs/broker.md [routing]: the most requests one worker holds at once, whatever its
+    # protocol. It capped only the slots DCP PINGs grant: a SADA server with
+    # server_capacity = 8 was given 8 with the cap at 2.
+    r = Router(attrs.evolve(CFG, max_in_flight_per_worker=2))
+    server = worker("s", "sada")
+    reg(r, server, 0, capacity=8)
+    ids = [submit(r, req())[0] for _ in range(4)]
+    assert r.stats()["in_flight"] == 2 and r.stats()["queued"] == 2
+    assert dispatched(answer(r, server, ids[0])) == [(server, ids[2])]
+    reg(r, server, 0, capacity=8)  # registered again (a repeated READY): still capped
+    assert r.stats()["in_flight"] == 2 and r.stats()["queued"] == 1
+    dw = worker("d", "dcp")  # and PINGs grant slots up to it, as before
+    reg(r, dw, 0, svc("calc"))
+    calls = [submit(r, req("calc"))[0] for _ in range(4)]
+    assert dispatched(r.handle(Heartbeat(peer=dw), 10)) == [(dw, calls[1])]
+    assert dispatched(r.handle(Heartbeat(peer=dw), 20)) == []
+
+
 def test_dcp_heartbeat_from_busy_worker_grants_one_more_slot() -> None:
     r = Router(CFG)
     dw = worker("d", "dcp")
