@@ -154,7 +154,7 @@ def _edge_switches(command: Callable[..., None]) -> Callable[..., None]:
             f"--no-{kind.kind}",
             _switch(kind.kind),
             is_flag=True,
-            help=f"Do not start the {kind.summary} edge.",
+            help=f"Do not start the {kind.summary} edge (wins over --bind and the config).",
         )
         command = flag(command)
     return command
@@ -180,7 +180,8 @@ def _edge_switches(command: Callable[..., None]) -> Callable[..., None]:
     "binds",
     multiple=True,
     metavar="EDGE=URL",
-    help="Bind an edge here instead (repeatable; port 0 picks a free port).",
+    help="Bind an edge here instead (repeatable; port 0 picks a free port); switches the edge "
+    "on even if the config says enabled = false.",
 )
 @_edge_switches
 @click.option(
@@ -189,16 +190,22 @@ def _edge_switches(command: Callable[..., None]) -> Callable[..., None]:
     type=NONEMPTY,
     metavar="URL",
     default=None,
-    help="Serve Prometheus metrics here (default http://127.0.0.1:9464).",
+    help="Serve Prometheus metrics here (default http://127.0.0.1:9464), even if the config "
+    "says enabled = false.",
 )
-@click.option("--no-metrics", "no_metrics", is_flag=True, help="Do not serve metrics.")
+@click.option("--no-metrics", "no_metrics", is_flag=True, help="Do not serve metrics (wins over --metrics).")
 @click.option(
     "--capture",
     type=NonEmptyPath(file_okay=False, path_type=Path),
     default=None,
     help="Write every frame in and out here as Parquet segments (for `nfgate analyze`).",
 )
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default=None,
+    help="Log level (default: the config's gateway.log_level, else info).",
+)
 def serve(
     config: Path | None,
     data_dir: Path | None,
