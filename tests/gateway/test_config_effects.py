@@ -11,7 +11,8 @@ import pytest
 import zmq
 
 from nfgate.codecs import sada
-from nfgate.codecs.sada.messages import PROTO_ASCII, Intr
+from nfgate.codecs.sada.messages import PROTO_ASCII, Intr, Rep, Req
+from nfgate.codecs.sada.session import request_id
 from nfgate.edges import EdgeSettings
 from nfgate.model import Register
 
@@ -69,3 +70,93 @@ def test_sada_heartbeat_ms_0_sends_no_ping_even_while_servers_are_recalled(
     finally:
         server.close(linger=0)
         edge.close()
+
+
+SPEC_ID = "client-1/42"
+PIRAN_ID = request_id(7, 1_700_000_000_000)  # what PIRAN's Darbaan makes: RQ-<millis>-...
+
+
+@pytest.mark.parametrize(
+    ("dialect", "rid", "status_form"),
+    [
+        ("auto", SPEC_ID, "spec"),  # told from the REQ's id
+        ("auto", PIRAN_ID, "piran"),
+        ("spec", PIRAN_ID, "spec"),  # forced: the id says nothing any more
+        ("piran", SPEC_ID, "piran"),
+    ],
+)
+def test_sada_channel_dialect_key_sets_the_rep_status_form(
+    ctx: zmq.Context[zmq.Socket[bytes]], dialect: str, rid: str, status_form: str
+) -> None:
+    # docs/protocols/sada.md "Dialect per peer": the dialect changes only the REP status
+    # the gateway writes, ASCII "400" or PIRAN's int32; a REQ with no service is answered
+    # REP 400 by the edge itself.
+    from nfgate.edges.sada import SadaChannelEdge
+
+    settings = EdgeSettings(
+        name="sada", protocol="sada", url="tcp://127.0.0.1:*", context=ctx, options={"dialect": dialect}
+    )
+    edge = SadaChannelEdge(settings)
+    client = ctx.socket(zmq.DEALER)
+    client.setsockopt(zmq.LINGER, 0)
+    try:
+        client.connect(edge.endpoint)
+        req = Req(proto=PROTO_ASCII, request_id=rid, service="", category="c", action="a", payload=b"")
+        client.send_multipart(sada.encode(req))
+        for _ in range(200):
+            edge.receive(1000, 100)
+            if client.poll(50):
+                break
+        frames = client.recv_multipart(zmq.NOBLOCK)
+        assert sada.detect(frames) == status_form
+        rep = sada.decode(frames, status_form)
+        assert isinstance(rep, Rep) and rep.status == 400 and rep.request_id == rid
+    finally:
+        client.close(linger=0)
+        edge.close()
+
+
+@pytest.mark.parametrize(("dialect", "status_form"), [("auto", "spec"), ("piran", "piran")])
+def test_sada_server_dialect_key_sets_the_rep_status_form(
+    ctx: zmq.Context[zmq.Socket[bytes]], dialect: str, status_form: str
+) -> None:
+    # The same key on the sada-server edge: a channel's REQ with no service gets REP 400.
+    from nfgate.edges.sada_server import SadaServerEdge
+
+    channel = ctx.socket(zmq.ROUTER)
+    channel.setsockopt(zmq.LINGER, 0)
+    port = channel.bind_to_random_port("tcp://127.0.0.1")
+    url = f"tcp://127.0.0.1:{port}"
+    channel.setsockopt(zmq.RCVTIMEO, 5000)
+    settings = EdgeSettings(
+        name="sada-server",
+        protocol="sada-server",
+        url="",
+        context=ctx,
+        options={"dialect": dialect, "channels": (url,)},
+    )
+    edge = SadaServerEdge(settings)
+    try:
+        server = b""
+        for _ in range(200):  # the edge's INTR as its connection comes up (its monitor)
+            edge.receive(0, 100)
+            if channel.poll(50):
+                server = channel.recv_multipart()[0]
+                break
+        assert server, "no INTR from the sada-server edge"
+        req = Req(proto=PROTO_ASCII, request_id=SPEC_ID, service="", category="c", action="a", payload=b"")
+        channel.send_multipart([server, *sada.encode(req)])
+        frames: list[bytes] = []
+        for _ in range(200):
+            edge.receive(1000, 100)
+            if channel.poll(50):
+                frames = channel.recv_multipart()[1:]
+                message = sada.decode(frames, sada.detect(frames))
+                if isinstance(message, Rep):
+                    break
+        assert sada.detect(frames) == status_form
+        rep = sada.decode(frames, status_form)
+        assert isinstance(rep, Rep) and rep.status == 400 and rep.request_id == SPEC_ID
+    finally:
+        edge.close()
+        channel.close(linger=0)
