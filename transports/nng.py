@@ -97,25 +97,29 @@ def nng_url(url: str) -> str:
     return re.sub(r":\*$", ":0", url)
 
 
-def server_tls(cert_key_file: Path, ca_file: Path | None = None) -> pynng.TLSConfig:
+def server_tls(
+    cert_key_file: Path,
+    ca_file: Path | None = None,
+    *,
+    keys: tuple[str, str] = ("tls_cert_key_file", "tls_ca_file"),
+) -> pynng.TLSConfig:
     """A server TLS config from one PEM file holding the certificate and its key; with
     ``ca_file``, clients must present a certificate signed by it.
 
-    Raises :class:`TransportError` when a file cannot be loaded, naming the file and
-    its config key (``tls_cert_key_file``, ``tls_ca_file``).
+    Raises :class:`TransportError` when a file cannot be loaded, its message starting
+    with the file's config key (``keys``: the certificate's, the CA file's; an edge
+    gives them with their section, ``edges.memodb.tls_cert_key_file``) and naming the file.
     """
     try:
         config = pynng.TLSConfig(pynng.TLSConfig.MODE_SERVER, cert_key_file=str(cert_key_file))
     except pynng.NNGException as exc:
-        raise TransportError(
-            f"cannot load TLS certificate {cert_key_file} (tls_cert_key_file): {exc}"
-        ) from None
+        raise TransportError(f"{keys[0]}: cannot load TLS certificate {cert_key_file}: {exc}") from None
     if ca_file is not None:
         try:
             config.add_ca_file(str(ca_file))
             config.set_auth_mode(pynng.TLSConfig.AUTH_MODE_REQUIRED)
         except pynng.NNGException as exc:
-            raise TransportError(f"cannot load TLS CA certificates {ca_file} (tls_ca_file): {exc}") from None
+            raise TransportError(f"{keys[1]}: cannot load TLS CA certificates {ca_file}: {exc}") from None
     return config
 
 

@@ -46,7 +46,7 @@ from nfgate.codecs.memodb.messages import Heartbeat as MemoHeartbeat
 from nfgate.codecs.memodb.session import Action, WorkerState, dialect_of, input_of, step
 from nfgate.edges import BeatCounts, Edge, EdgeSettings, WireCounts, WorkerAccess
 from nfgate.edges.memodb_peers import MemodbClient, MemodbWorker
-from nfgate.errors import ConfigError, DecodeError, EncodeError
+from nfgate.errors import ConfigError, DecodeError, EncodeError, TransportError
 from nfgate.model import Cancel, Command, Heartbeat, Peer, Register, Reply, Request, Status, Unregister
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
 from nfgate.store import JobStore
@@ -65,7 +65,8 @@ _ID_SPACE = 2**32  # bcdb: "typedef uint32_t WorkerID", sent as 4 raw bytes
 
 
 class MemodbEdge(Edge):
-    """Raises :class:`nfgate.errors.TransportError` when it cannot bind."""
+    """Raises :class:`nfgate.errors.TransportError` when it cannot bind, and
+    :class:`ConfigError` naming the key for TLS settings that cannot work."""
 
     protocol = "memodb"
     EVENTS = (
@@ -96,10 +97,17 @@ class MemodbEdge(Edge):
         self.job_timeout_ms = int(opts.get("job_timeout_ms", 300_000))  # type: ignore[call-overload]
         cert, ca = opts.get("tls_cert_key_file"), opts.get("tls_ca_file")
         tls = None
+        # Config errors name the key with its section, as the config loader's do.
+        cert_key, ca_key = (f"edges.{settings.protocol}.{k}" for k in ("tls_cert_key_file", "tls_ca_file"))
         if cert is None and ca is not None:
-            raise ConfigError(f"config: edges.{settings.protocol}.tls_ca_file needs tls_cert_key_file")
+            raise ConfigError(f"config: {ca_key} needs {cert_key}")
+        if cert is None and settings.url.startswith("tls+"):
+            raise ConfigError(f"config: edges.{settings.protocol}.bind: {settings.url} needs {cert_key}")
         if cert is not None:
-            tls = server_tls(cert, ca)  # type: ignore[arg-type]
+            try:
+                tls = server_tls(cert, ca, keys=(cert_key, ca_key))  # type: ignore[arg-type]
+            except TransportError as exc:  # a file that does not load: the config's mistake
+                raise ConfigError(f"config: {exc}") from None
             if not settings.url.startswith("tls+"):
                 # Not an error: one table may serve a tls+tcp:// bind and a local ipc://
                 # one. But a certificate beside a plain bind is most often a bind that
@@ -560,5 +568,6 @@ class MemodbEdge(Edge):
 
 def make(settings: EdgeSettings, *, store: JobStore) -> MemodbEdge:
     """The ``memodb`` edge kind's factory (:mod:`nfgate.edges.kinds`); MemoDB keeps no job
-    records (the spec: no persistence). Raises :class:`nfgate.errors.TransportError`."""
+    records (the spec: no persistence). Raises :class:`nfgate.errors.TransportError` or
+    :class:`ConfigError` (TLS settings)."""
     return MemodbEdge(settings)

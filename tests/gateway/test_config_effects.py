@@ -4,17 +4,23 @@ checked on one edge built directly (no gateway loop: each step is driven by hand
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import zmq
 
-from nfgate.codecs import sada
+from nfgate.codecs import memodb, sada
+from nfgate.codecs.memodb.messages import Job as MemoJob
+from nfgate.codecs.memodb.messages import Ready as MemoReady
 from nfgate.codecs.sada.messages import PROTO_ASCII, Intr, Rep, Req
 from nfgate.codecs.sada.session import request_id
 from nfgate.edges import EdgeSettings
 from nfgate.model import Register
+from nfgate.transports.nng import connect_req
+
+from .conftest import finish, start_gateway, until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -160,3 +166,58 @@ def test_sada_server_dialect_key_sets_the_rep_status_form(
     finally:
         edge.close()
         channel.close(linger=0)
+
+
+def _sp_ready(sock: socket.socket, n: int, service: str) -> None:
+    """READY for ``service`` as request ``n`` of a raw req0 peer (a worker each)."""
+    [ready] = memodb.encode(MemoReady(services=(service,)))  # type: ignore[arg-type]
+    body = (0x80000000 | n).to_bytes(4, "big") + ready  # req0's request id, high bit set
+    sock.sendall(len(body).to_bytes(8, "big") + body)
+
+
+def _sp_peer(url: str) -> socket.socket:
+    """A raw TCP socket that speaks NNG's SP framing as a req0 peer (sp-tcp-mapping: the
+    8-byte header naming req0, 0x30; then 64-bit sizes) and reads nothing after the
+    header: a peer whose replies cannot go out."""
+    host, _, port = url.removeprefix("tcp://").rpartition(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+    sock.settimeout(5)
+    sock.connect((host, int(port)))
+    sock.sendall(b"\x00SP\x00\x00\x30\x00\x00")
+    header = b""
+    while len(header) < 8:
+        header += sock.recv(8 - len(header))
+    assert header[:4] == b"\x00SP\x00"
+    return sock
+
+
+@pytest.mark.timeout(60)
+def test_memodb_send_timeout_ms_gives_up_a_reply_its_peer_does_not_read(tmp_path: Path) -> None:
+    # docs/protocols/memodb.md: "a reply that cannot go out in this time (a peer not
+    # reading) is given up (send_failed)". A 32 MB JOB to a worker that reads nothing
+    # fills the TCP buffers and holds its connection; the HEARTBEAT its idle neighbour
+    # on the same connection is answered after heartbeat_ms waits behind it and is
+    # given up after send_timeout_ms (with the default, 30 s, it would still wait).
+    gw = start_gateway(tmp_path, "[edges.memodb]\nsend_timeout_ms = 200\nheartbeat_ms = 100\n")
+    worker = client = None
+    try:
+        url = gw.endpoint("memodb")
+        edge = gw.gateway.edges["memodb"]
+        assert edge.transport.send_timeout_ms == 200  # type: ignore[attr-defined]
+        worker = _sp_peer(url)
+        _sp_ready(worker, 1, "big")
+        until(lambda: len(gw.gateway.router.workers()) == 1)
+        client = connect_req(url, recv_timeout_ms=100)
+        [job] = memodb.encode(MemoJob(service="big", timeout_ms=60_000, payload=b"x" * (32 << 20)))  # type: ignore[arg-type]
+        client.send(job)
+        until(lambda: sum(w.in_flight for w in gw.gateway.router.workers()) == 1)  # the JOB is going out
+        _sp_ready(worker, 2, "idle")  # its HEARTBEAT queues behind the JOB
+        until(lambda: edge.traffic().send_failures >= 1, timeout=20)
+        assert edge.traffic().send_failures == 1
+    finally:
+        if client is not None:
+            client.close()
+        if worker is not None:
+            worker.close()
+        finish(gw)

@@ -168,9 +168,27 @@ def test_tls_settings_that_cannot_encrypt_are_said(tmp_path: Path, caplog: pytes
     try:
         cfg = load(config, data_dir=tmp_path / "data", binds=random_binds())
         with pytest.raises(
-            ConfigError, match=r"^config: edges\.memodb\.tls_ca_file needs tls_cert_key_file$"
+            ConfigError, match=r"^config: edges\.memodb\.tls_ca_file needs edges\.memodb\.tls_cert_key_file$"
         ):
             build(cfg, context)
+        # A file that does not load, and a tls+tcp:// bind without a certificate: named
+        # with their section too (they said only tls_cert_key_file, as a TransportError).
+        cert, _ = self_signed(tmp_path)
+        config.write_text(f'[edges.memodb]\ntls_cert_key_file = "{cert.name}"\n')  # no key in it
+        with pytest.raises(
+            ConfigError,
+            match=r"^config: edges\.memodb\.tls_cert_key_file: cannot load TLS certificate .*cert\.pem",
+        ):
+            build(load(config, data_dir=tmp_path / "data", binds=random_binds()), context)
+        tls_bind = [(k, url) for k, url in random_binds() if k != "memodb"] + [
+            ("memodb", "tls+tcp://127.0.0.1:*")
+        ]
+        config.write_text("")
+        with pytest.raises(
+            ConfigError,
+            match=r"^config: edges\.memodb\.bind: tls\+tcp://127\.0\.0\.1:\* needs edges\.memodb\.tls_cert_key_file$",
+        ):
+            build(load(config, data_dir=tmp_path / "data", binds=tls_bind), context)
         # A certificate beside a plain tcp:// bind: it starts (an ipc:// bind may share
         # the table), and the log says that this bind is not encrypted.
         _, both = self_signed(tmp_path)
