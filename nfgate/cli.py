@@ -143,6 +143,16 @@ def _unhex(protocol: str, index: int, text: str) -> bytes:
         fail(f"{protocol}: frame {index} is not hex: {text[:40]!r}")
 
 
+def bind_pair(value: str) -> tuple[str, str]:
+    """``EDGE=URL`` from ``--bind`` as (edge kind, URL), port 0 written ``*`` (a free
+    port); exits with one line for anything else."""
+    kind, sep, url = value.partition("=")
+    if not sep or not kind or not url:
+        fail(f"--bind: expected EDGE=URL, got {value!r}")
+    # Only the port: an IPv6 address has ":0" inside it too (tcp://[2001:0db8::1]:0).
+    return kind, url[: -len(":0")] + ":*" if url.endswith(":0") else url
+
+
 def _switch(kind: str) -> str:
     return "no_" + kind.replace("-", "_")
 
@@ -221,12 +231,7 @@ def serve(
     a second signal stops at once."""
     from nfgate import serve as serving  # the gateway's imports are not needed by the other commands
 
-    pairs = []
-    for value in binds:
-        kind, sep, url = value.partition("=")
-        if not sep or not kind or not url:
-            fail(f"--bind: expected EDGE=URL, got {value!r}")
-        pairs.append((kind, url.replace(":0", ":*") if url.endswith(":0") else url))
+    pairs = [bind_pair(value) for value in binds]
     disabled = [kind for kind in KINDS if switches.get(_switch(kind))]
     try:
         serving.serve(config, data_dir, pairs, disabled, log_level, metrics, no_metrics, capture)

@@ -157,24 +157,22 @@ def _table(doc: Mapping[str, Any], key: str, allowed: set[str], where: str = "")
     return table
 
 
-def _binds(value: object, where: str) -> tuple[str, ...]:
+def _binds(value: object, key: str) -> tuple[str, ...]:
+    """``value`` as a tuple of bind URLs; ``key`` names where it came from in errors
+    (``config: edges.nfp.bind``, or ``--bind nfp`` for the command line's)."""
     if isinstance(value, str):
         value = [value]
     if isinstance(value, (list, tuple)) and not value:
         return ()  # an edge that only connects out (the caller refuses it for one that binds)
     if not isinstance(value, (list, tuple)) or not all(isinstance(u, str) and u for u in value):
-        raise ConfigError(f"config: {where}.bind must be a URL or a non-empty list of URLs")
+        raise ConfigError(f"{key} must be a URL or a non-empty list of URLs")
     for url in value:
         if "://" not in url:
-            raise ConfigError(f"config: {where}.bind: {url!r} is not a URL like tcp://127.0.0.1:5555")
-        _check_port(url, f"{where}.bind")
+            raise ConfigError(f"{key}: {url!r} is not a URL like tcp://127.0.0.1:5555")
+        problem = port_problem(url, connect=False)
+        if problem is not None:
+            raise ConfigError(f"{key}: {problem}")
     return tuple(value)
-
-
-def _check_port(url: str, where: str) -> None:
-    problem = port_problem(url, connect=False)
-    if problem is not None:
-        raise ConfigError(f"config: {where}: {problem}")
 
 
 def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
@@ -194,7 +192,7 @@ def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
             load_server_keys(options["curve_secret_key"], options.get("curve_allow"))
         except ConfigError as exc:
             raise ConfigError(str(exc).replace("config: curve_", f"config: {where}.curve_", 1)) from None
-    bind = _binds(table.get("bind", list(spec.binds)), where)
+    bind = _binds(table.get("bind", list(spec.binds)), f"config: {where}.bind")
     if bind and not spec.binds:
         raise ConfigError(f"config: {where}.bind: the {kind} edge binds nothing, it connects out")
     if enabled and spec.binds and not bind:
@@ -272,7 +270,12 @@ def load(
     metrics_url = metrics_bind or metrics.get("bind", DEFAULT_METRICS)
     if not isinstance(metrics_url, str):
         raise ConfigError("config: metrics.bind must be a URL like http://127.0.0.1:9464")
-    parse_metrics_url(metrics_url)
+    try:
+        parse_metrics_url(metrics_url)
+    except ConfigError as exc:  # name the option the URL came from
+        if metrics_bind is None:
+            raise
+        raise ConfigError(str(exc).replace("config: metrics.bind", "--metrics", 1)) from None
     level = log_level or gateway.get("log_level", "info")
     if level not in _LOG_LEVELS:
         raise ConfigError(f"config: gateway.log_level must be one of {', '.join(_LOG_LEVELS)}, got {level!r}")
@@ -281,7 +284,9 @@ def load(
         table = dict(_table(edges, kind, _edge_keys(kind), "edges"))
         given = [url for k, url in binds if k == kind]
         if given:
-            table["bind"] = given
+            if not KINDS[kind].binds:
+                raise ConfigError(f"--bind {kind}: the {kind} edge binds nothing, it connects out")
+            table["bind"] = list(_binds(given, f"--bind {kind}"))  # errors name the option
             table["enabled"] = True
         if kind in disabled:
             table["enabled"] = False

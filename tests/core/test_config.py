@@ -198,3 +198,26 @@ def test_heartbeat_defaults_are_the_same_everywhere() -> None:
         assert DEFAULT_LIVENESS[kind] == spec.heartbeat == cfg.routing.liveness[kind], kind
         assert (cfg.edge(kind).heartbeat_ms, cfg.edge(kind).liveness) == spec.heartbeat
     assert set(DEFAULT_LIVENESS) == {k for k, spec in KINDS.items() if spec.heartbeat is not None}
+
+
+def test_command_line_values_are_named_by_their_option() -> None:
+    # They were named as config keys (edges.nfp.bind, metrics.bind) with no file given.
+    with pytest.raises(ConfigError, match=r"^--bind nfp: 'tcp://127\.0\.0\.1:70000' needs a port"):
+        load(None, data_dir=Path("/tmp/x"), binds=[("nfp", "tcp://127.0.0.1:70000")])
+    with pytest.raises(ConfigError, match=r"^--bind dcp: 'localhost:1' is not a URL"):
+        load(None, data_dir=Path("/tmp/x"), binds=[("dcp", "localhost:1")])
+    with pytest.raises(ConfigError, match=r"^--bind sada-server: the sada-server edge binds nothing"):
+        load(None, data_dir=Path("/tmp/x"), binds=[("sada-server", "tcp://127.0.0.1:1")])
+    with pytest.raises(
+        ConfigError, match=r"^--metrics must look like http://127\.0\.0\.1:9464, got 'http://x'"
+    ):
+        load(None, data_dir=Path("/tmp/x"), metrics_bind="http://x")
+
+
+def test_bind_port_0_becomes_a_wildcard_port_and_nothing_else() -> None:
+    from nfgate.cli import bind_pair
+
+    assert bind_pair("nfp=tcp://127.0.0.1:0") == ("nfp", "tcp://127.0.0.1:*")
+    # ":0" inside an IPv6 address was replaced too: tcp://[2001:*db8::1]:*
+    assert bind_pair("nfp=tcp://[2001:0db8::1]:0") == ("nfp", "tcp://[2001:0db8::1]:*")
+    assert bind_pair("nfp=tcp://[::0]:5555") == ("nfp", "tcp://[::0]:5555")
