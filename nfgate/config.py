@@ -21,20 +21,21 @@ The file (every table and key optional)::
     [routing]
     queue_expiry_ms = 300000         # a request with no worker waits this long, then 408 (behind busy workers: no limit)
     max_redispatch = 3               # retries after a worker dies (500), times out (504), or its edge cannot send it
-    max_queue_per_service = 10000    # beyond it: 503
-    max_queued = 50000               # over all services; beyond it: 503
+    max_queue_per_service = 10000    # beyond it: 503 (NFP clients: 500)
+    max_queued = 50000               # over all services; beyond it: 503 (NFP clients: 500)
     max_in_flight_per_worker = 64    # requests one worker holds at once, whatever it registered
 
     [limits]
     max_message_bytes = 67108864     # ZMQ_MAXMSGSIZE
     max_frames = 64
     high_water_mark = 100000
+    max_peers = 100000               # peers an edge remembers; the oldest clients are forgotten
 
-    [edges.nfp]                      # one table per edge kind: nfp, dcp
+    [edges.nfp]                      # one table per edge kind (KINDS): nfp, dcp, memodb, dbp, sada, sada-server
     enabled = true
     bind = ["tcp://127.0.0.1:5555"]  # several URLs: one edge each (nfp, nfp-2, ...)
     heartbeat_ms = 2500              # worker liveness: heartbeat_ms * liveness of silence
-    liveness = 6
+    liveness = 6                     # (not for sada-server, which has no heartbeat)
     inventory = "inventory.yaml"     # NFP only: sid.service.broker get_inventory
     files_root = "/srv/files"        # NFP only: fss.service.broker serves nf:// paths here
 
