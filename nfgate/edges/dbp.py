@@ -52,6 +52,7 @@ from nfgate.edges.dbp_beacon import beacon_socket
 from nfgate.edges.dbp_catalog import ServiceCache, answer
 from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, option_address
 from nfgate.edges.dbp_service import Service
+from nfgate.edges.kinds import default_heartbeat
 from nfgate.errors import DecodeError, EncodeError, TransportError
 from nfgate.model import Catalog, Command, Heartbeat, Lookup, Register, Reply, Unregister
 from nfgate.routing_types import Abort, Accepted, Dispatch, Evict, Output
@@ -577,7 +578,7 @@ def make(settings: EdgeSettings, *, store: JobStore) -> DbpEdge:
     """The ``dbp`` edge kind's factory (:mod:`nfgate.edges.kinds`); DBP keeps no job
     records. Raises :class:`TransportError` when a socket cannot be bound."""
     options = settings.options
-    heartbeat = options.get("heartbeat", (0, 3))
+    heartbeat = options.get("heartbeat", default_heartbeat("dbp"))
     liveness = heartbeat[1] if isinstance(heartbeat, tuple) and len(heartbeat) == 2 else 3
     every = options.get("beacon_interval_ms", 1000)
     return DbpEdge(

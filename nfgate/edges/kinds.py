@@ -33,6 +33,7 @@ __all__ = [
     "EdgeKind",
     "Factory",
     "Option",
+    "default_heartbeat",
     "path_option",
     "str_list_option",
 ]
@@ -172,3 +173,13 @@ KINDS: dict[str, EdgeKind] = {
         ),
     )
 }
+
+
+def default_heartbeat(kind: str) -> tuple[int, int]:
+    """``kind``'s default (interval ms, liveness): what its edge uses when built without
+    the config's (tests, the bench), so there is one default. Raises KeyError for a kind
+    unknown or without heartbeats."""
+    beat = KINDS[kind].heartbeat
+    if beat is None:
+        raise KeyError(f"the {kind} edge kind has no heartbeat")
+    return beat

@@ -45,6 +45,7 @@ from nfgate.codecs.memodb.messages import Disconnect, Job, Ready, Result
 from nfgate.codecs.memodb.messages import Heartbeat as MemoHeartbeat
 from nfgate.codecs.memodb.session import Action, WorkerState, dialect_of, input_of, step
 from nfgate.edges import BeatCounts, Edge, EdgeSettings, WireCounts, WorkerAccess
+from nfgate.edges.kinds import default_heartbeat
 from nfgate.edges.memodb_peers import MemodbClient, MemodbWorker
 from nfgate.errors import ConfigError, DecodeError, EncodeError, TransportError
 from nfgate.model import Cancel, Command, Heartbeat, Peer, Register, Reply, Request, Status, Unregister
@@ -92,7 +93,7 @@ class MemodbEdge(Edge):
     def __init__(self, settings: EdgeSettings) -> None:
         super().__init__(settings)
         opts = settings.options
-        heartbeat = cast(tuple[int, int], opts.get("heartbeat", (10_000, 3)))
+        heartbeat = cast(tuple[int, int], opts.get("heartbeat", default_heartbeat("memodb")))
         self.interval = heartbeat[0]  # 0: idle workers are never sent HEARTBEAT
         self.job_timeout_ms = int(opts.get("job_timeout_ms", 300_000))  # type: ignore[call-overload]
         cert, ca = opts.get("tls_cert_key_file"), opts.get("tls_ca_file")

@@ -54,7 +54,7 @@ from nfgate.edges import (
     identity_lasts,
     peer_label,
 )
-from nfgate.edges.kinds import NORFAB_WORKER_CAPACITY
+from nfgate.edges.kinds import NORFAB_WORKER_CAPACITY, default_heartbeat
 from nfgate.edges.nfp_job import over_limit_response
 from nfgate.edges.nfp_jobs import NfpJobs
 from nfgate.edges.nfp_retention import JobRetention
@@ -142,7 +142,7 @@ class NfpEdge(RouterEdge):
         self.jobs = NfpJobs(self, store)
         self.retention = JobRetention(settings.name, store, self.counters)
         self.services = NfpServices(self, options or NfpOptions())
-        heartbeat: tuple[int, int] = settings.options.get("heartbeat", (2500, 6))  # type: ignore[assignment]
+        heartbeat: tuple[int, int] = settings.options.get("heartbeat", default_heartbeat("nfp"))  # type: ignore[assignment]
         self.heartbeat = heartbeat  # (interval ms, liveness): what this edge announces
         self._interval = heartbeat[0]
         self._next_keepalive: int | None = None

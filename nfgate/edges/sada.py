@@ -43,6 +43,7 @@ from nfgate.codecs._base import Message
 from nfgate.codecs.sada.messages import Intr, Ping, Pong, Rep, Req, Rintr
 from nfgate.codecs.sada.session import Action, ChannelState, channel_step, piran_evidence, request_id
 from nfgate.edges import BeatCounts, EdgeSettings, RouterEdge, WireCodec, forget_oldest, peer_label
+from nfgate.edges.kinds import default_heartbeat
 from nfgate.edges.router_edge import server_curve
 from nfgate.edges.sada_common import (
     DEFAULT_PROTO,
@@ -139,7 +140,7 @@ class SadaChannelEdge(RouterEdge):
             settings.context, url, settings.limits, identity=identity, curve=curve, domain=settings.name
         )
         self.transport.on_dropped = self.dropped
-        heartbeat = cast("tuple[int, int]", opts.get("heartbeat", (5000, 3)))
+        heartbeat = cast("tuple[int, int]", opts.get("heartbeat", default_heartbeat("sada")))
         self._interval = heartbeat[0]
         self._forced = str(opts.get("dialect", "auto"))
         timeout = int(cast("int", opts.get("request_timeout_ms", 0)))
