@@ -327,8 +327,10 @@ class SadaChannelEdge(RouterEdge):
 
     def _rintr(self, address: bytes, p: _Peer, now: int) -> None:
         # At most one RINTR per heartbeat interval: a server streaming REPs to a channel
-        # that forgot it needs to be asked once, not once per message.
-        if p.rintr_at is not None and now - p.rintr_at < max(self._interval, 1):
+        # that forgot it needs to be asked once, not once per message. heartbeat_ms = 0
+        # (no PINGs) must not make that once a millisecond: the default interval then.
+        every = self._interval if self._interval > 0 else default_heartbeat("sada")[0]
+        if p.rintr_at is not None and now - p.rintr_at < every:
             self.counters["rintr_suppressed"] += 1
             return
         p.rintr_at = now

@@ -221,3 +221,33 @@ def test_memodb_send_timeout_ms_gives_up_a_reply_its_peer_does_not_read(tmp_path
         if worker is not None:
             worker.close()
         finish(gw)
+
+
+def test_sada_heartbeat_ms_0_still_sends_one_rintr_per_default_interval(
+    ctx: zmq.Context[zmq.Socket[bytes]],
+) -> None:
+    # A REP from a server the channel does not know is answered RINTR at most once per
+    # heartbeat_ms; with heartbeat_ms = 0 that was once per millisecond, so a server
+    # streaming REPs got a RINTR for nearly every one.
+    from nfgate.edges.sada import SadaChannelEdge
+
+    settings = EdgeSettings(
+        name="sada", protocol="sada", url="tcp://127.0.0.1:*", context=ctx, options={"heartbeat": (0, 3)}
+    )
+    edge = SadaChannelEdge(settings)
+    server = ctx.socket(zmq.DEALER)
+    server.setsockopt(zmq.LINGER, 0)
+    try:
+        server.connect(edge.endpoint)
+        rep = Rep(proto=PROTO_ASCII, request_id="r-1", status=200, payload=b"")
+        for now in (1000, 1002, 1004):
+            server.send_multipart(sada.encode(rep))
+            for _ in range(200):
+                edge.receive(now, 100)
+                if edge.stats()["rintr_sent"] + edge.stats()["rintr_suppressed"] == (now - 998) // 2:
+                    break
+                server.poll(10)
+        assert (edge.stats()["rintr_sent"], edge.stats()["rintr_suppressed"]) == (1, 2)
+    finally:
+        server.close(linger=0)
+        edge.close()
