@@ -221,3 +221,46 @@ def test_bind_port_0_becomes_a_wildcard_port_and_nothing_else() -> None:
     # ":0" inside an IPv6 address was replaced too: tcp://[2001:*db8::1]:*
     assert bind_pair("nfp=tcp://[2001:0db8::1]:0") == ("nfp", "tcp://[2001:0db8::1]:*")
     assert bind_pair("nfp=tcp://[::0]:5555") == ("nfp", "tcp://[::0]:5555")
+
+
+def test_serve_options_reach_the_config_with_their_precedence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The command line as typed, through nfgate.cli into nfgate.config.load: --bind on an
+    # edge the file switched off starts it, --no-EDGE beside it does not.
+    from click.testing import CliRunner
+
+    import nfgate.serve
+    from nfgate.cli import main
+    from nfgate.config import ServeConfig
+
+    seen: list[ServeConfig] = []
+
+    def fake_serve(
+        config: Path | None, data_dir: Path | None, binds, disabled, log_level, metrics, no_metrics, capture
+    ):  # type: ignore[no-untyped-def]
+        seen.append(
+            load(
+                config,
+                data_dir=data_dir,
+                binds=binds,
+                disabled=disabled,
+                log_level=log_level,
+                metrics_bind=metrics,
+                no_metrics=no_metrics,
+                capture_dir=capture,
+            )
+        )
+
+    monkeypatch.setattr(nfgate.serve, "serve", fake_serve)
+    path = write(
+        tmp_path, "[edges.dcp]\nenabled = false\n[edges.nfp]\nenabled = false\n[metrics]\nenabled = false\n"
+    )
+    args = ["serve", "-c", str(path), "--data-dir", str(tmp_path), "--bind", "dcp=tcp://127.0.0.1:0"]
+    args += ["--bind", "nfp=tcp://127.0.0.1:0", "--no-nfp", "--metrics", "http://127.0.0.1:0"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    [cfg] = seen
+    assert cfg.edge("dcp").enabled and cfg.edge("dcp").bind == ("tcp://127.0.0.1:*",)
+    assert not cfg.edge("nfp").enabled
+    assert cfg.metrics == "http://127.0.0.1:0"
