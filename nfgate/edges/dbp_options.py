@@ -11,7 +11,7 @@ from pathlib import Path
 from nfgate.errors import ConfigError
 from nfgate.transports.udp import Address, parse_address
 
-__all__ = ["BEACON_DEFAULT", "UDP_DEFAULT", "address_option", "option_address"]
+__all__ = ["BEACON_DEFAULT", "UDP_DEFAULT", "address_option", "option_address", "target_option"]
 
 BEACON_DEFAULT = ("127.0.0.1", 5245)  # design.md, DBP notes: Hermes listens on UDP port 5245
 # The heartbeat socket's default: the ROUTER's own host and port number, over UDP (so
@@ -29,6 +29,17 @@ def address_option(value: object, where: str, base: Path) -> Address | None:
         return parse_address(value)
     except ValueError as exc:
         raise ConfigError(f"config: {where}: {exc}") from None
+
+
+def target_option(value: object, where: str, base: Path) -> Address | None:
+    """As :func:`address_option`, for an address sent to: port 0 is refused (a bind's
+    "any free port" names no destination; every send to it fails with EINVAL)."""
+    address = address_option(value, where, base)
+    if address is not None and address[1] == 0:
+        raise ConfigError(
+            f'config: {where}: port 0 is not a destination; give 1..65535, or "" to switch it off'
+        )
+    return address
 
 
 def option_address(value: object, default: Address | None) -> Address | None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, address_option
+from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, address_option, target_option
 from nfgate.edges.memodb_options import MEMODB_OPTIONS
 from nfgate.edges.options import curve_key_option, int_option, path_option
 from nfgate.edges.sada_options import DIALECT_CHOICES, IDENTITY_FORMS, choice_option, text_option
@@ -131,7 +131,7 @@ KINDS: dict[str, EdgeKind] = {
             factory="nfgate.edges.dbp:make",
             options={
                 "udp": (address_option, UDP_DEFAULT),  # heartbeat datagrams; default: the ROUTER's host:port
-                "beacon": (address_option, BEACON_DEFAULT),  # where SHALOM <port> goes; "" = off
+                "beacon": (target_option, BEACON_DEFAULT),  # where SHALOM <port> goes; "" = off
                 "beacon_interval_ms": (int_option(1), 1000),
                 **CURVE_OPTIONS,  # the ROUTER only: UDP heartbeats and the beacon stay plain
             },

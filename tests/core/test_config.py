@@ -90,6 +90,8 @@ enabled = false
         # servers answer): the keys were read and never used.
         ("[edges.sada-server]\nheartbeat_ms = 1000\n", "unknown key edges.sada-server.heartbeat_ms"),
         ("[edges.sada-server]\nliveness = 2\n", "unknown key edges.sada-server.liveness"),
+        # Every beacon sent to port 0 failed (EINVAL), counted once a second, never said.
+        ("[edges.dbp]\nbeacon = '127.0.0.1:0'\n", "edges.dbp.beacon: port 0 is not a destination"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, named: str) -> None:
