@@ -183,7 +183,7 @@ def _edge_switches(command: Callable[..., None]) -> Callable[..., None]:
     "--data-dir",
     type=NonEmptyPath(path_type=Path, file_okay=False),
     default=None,
-    help="Where the job store lives (default: $XDG_DATA_HOME/nfgate).",
+    help="Where the job store lives (default: $XDG_DATA_HOME/nfgate, else ~/.local/share/nfgate).",
 )
 @click.option(
     "--bind",
