@@ -84,13 +84,15 @@ def _client_curve(settings: EdgeSettings) -> ClientCurve | None:
     """The CURVE client keys the options name: ``curve_server_key``, the channels' public
     key (Z85 text or a certificate file's path), and ``curve_secret_key``, the edge's own
     pair (default: one made at start). Raises :class:`ConfigError` naming the key."""
-    opts, where = settings.options, f"config: edges.{settings.protocol}"
+    opts, table = settings.options, f"edges.{settings.protocol}"
     server_key, secret = opts.get("curve_server_key"), opts.get("curve_secret_key")
     if server_key is None:
         if secret is not None:
-            raise ConfigError(f"{where}.curve_secret_key needs curve_server_key (the channels' public key)")
+            raise ConfigError(
+                f"config: {table}.curve_secret_key needs {table}.curve_server_key (the channels' public key)"
+            )
         return None
-    names = (f"{where}.curve_server_key", f"{where}.curve_secret_key")
+    names = (f"config: {table}.curve_server_key", f"config: {table}.curve_secret_key")
     own = secret if isinstance(secret, Path) else None
     if own is not None:
         warn_if_others_read(settings.name, own)

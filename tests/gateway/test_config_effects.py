@@ -251,3 +251,24 @@ def test_sada_heartbeat_ms_0_still_sends_one_rintr_per_default_interval(
     finally:
         server.close(linger=0)
         edge.close()
+
+
+def test_sada_server_curve_secret_key_alone_is_named_with_its_section(
+    ctx: zmq.Context[zmq.Socket[bytes]], tmp_path: Path
+) -> None:
+    # As every config error: the key with its table (it said only "curve_server_key").
+    from nfgate.edges.sada_server import SadaServerEdge
+    from nfgate.errors import ConfigError
+
+    settings = EdgeSettings(
+        name="sada-server",
+        protocol="sada-server",
+        url="",
+        context=ctx,
+        options={"channels": ("tcp://127.0.0.1:5055",), "curve_secret_key": tmp_path / "server.key_secret"},
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^config: edges\.sada-server\.curve_secret_key needs edges\.sada-server\.curve_server_key ",
+    ):
+        SadaServerEdge(settings)
