@@ -200,6 +200,8 @@ def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
         raise ConfigError(
             f"config: {where}.bind is empty: give a URL, or switch the edge off with enabled = false"
         )
+    if enabled and spec.check is not None:
+        spec.check(options, bind, where)
     if spec.heartbeat is None:
         return EdgeConfig(
             kind=kind, enabled=enabled, bind=bind, heartbeat_ms=None, liveness=None, options=options

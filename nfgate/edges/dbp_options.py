@@ -6,12 +6,13 @@ and returns the value or raises :class:`ConfigError` naming the key.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from nfgate.errors import ConfigError
 from nfgate.transports.udp import Address, parse_address
 
-__all__ = ["BEACON_DEFAULT", "UDP_DEFAULT", "address_option", "option_address", "target_option"]
+__all__ = ["BEACON_DEFAULT", "UDP_DEFAULT", "address_option", "check_dbp", "option_address", "target_option"]
 
 BEACON_DEFAULT = ("127.0.0.1", 5245)  # design.md, DBP notes: Hermes listens on UDP port 5245
 # The heartbeat socket's default: the ROUTER's own host and port number, over UDP (so
@@ -40,6 +41,18 @@ def target_option(value: object, where: str, base: Path) -> Address | None:
             f'config: {where}: port 0 is not a destination; give 1..65535, or "" to switch it off'
         )
     return address
+
+
+def check_dbp(options: Mapping[str, object], bind: tuple[str, ...], where: str) -> None:
+    """Raise :class:`ConfigError` for a ``udp`` address with a fixed port beside several
+    binds: each bind is an edge with a UDP socket of its own, and the second one's bind
+    failed as "address already in use", as if another program held the port."""
+    udp = options.get("udp")
+    if len(bind) > 1 and isinstance(udp, tuple) and udp != UDP_DEFAULT and udp[1] != 0:
+        raise ConfigError(
+            f"config: {where}.udp: one UDP port for {len(bind)} binds (one edge each, each with its own "
+            "UDP socket): leave udp unset (each bind's own host and port) or give port 0"
+        )
 
 
 def option_address(value: object, default: Address | None) -> Address | None:

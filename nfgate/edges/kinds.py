@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, address_option, target_option
+from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, address_option, check_dbp, target_option
 from nfgate.edges.memodb_options import MEMODB_OPTIONS
 from nfgate.edges.options import curve_key_option, int_option, path_option
 from nfgate.edges.sada_options import DIALECT_CHOICES, IDENTITY_FORMS, choice_option, text_option
@@ -72,7 +72,9 @@ class EdgeKind:
     """One edge kind. ``binds``: design.md "Default endpoints" (empty for an edge that
     only connects out); ``heartbeat``: default (interval ms, liveness), or None for a
     kind that has no heartbeat, whose config then refuses ``heartbeat_ms`` and
-    ``liveness`` as unknown keys (a key read and never used would look like a setting)."""
+    ``liveness`` as unknown keys (a key read and never used would look like a setting);
+    ``check``: what the keys allow only together, given the parsed options, the bind
+    URLs and the table's name (``edges.dbp``); it raises :class:`ConfigError`."""
 
     kind: str
     binds: tuple[str, ...]
@@ -80,6 +82,7 @@ class EdgeKind:
     factory: str
     options: Mapping[str, Option] = attrs.field(factory=dict)
     summary: str = ""
+    check: Callable[[Mapping[str, Any], tuple[str, ...], str], None] | None = None
 
     def make(self) -> Factory:
         """Import and return the factory (raises ImportError if the module is broken)."""
@@ -136,6 +139,7 @@ KINDS: dict[str, EdgeKind] = {
                 **CURVE_OPTIONS,  # the ROUTER only: UDP heartbeats and the beacon stay plain
             },
             summary="DBP catalog (spec and Hermes dialects): info, registration, UDP heartbeats, beacon",
+            check=check_dbp,
         ),
         EdgeKind(
             kind="sada",

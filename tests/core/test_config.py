@@ -92,6 +92,11 @@ enabled = false
         ("[edges.sada-server]\nliveness = 2\n", "unknown key edges.sada-server.liveness"),
         # Every beacon sent to port 0 failed (EINVAL), counted once a second, never said.
         ("[edges.dbp]\nbeacon = '127.0.0.1:0'\n", "edges.dbp.beacon: port 0 is not a destination"),
+        # The second edge failed to bind "address already in use", as if another program held it.
+        (
+            "[edges.dbp]\nbind = ['tcp://127.0.0.1:5246', 'tcp://127.0.0.1:5247']\nudp = '127.0.0.1:5246'\n",
+            "edges.dbp.udp: one UDP port for 2 binds",
+        ),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, named: str) -> None:
