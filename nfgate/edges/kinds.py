@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, address_option, check_dbp, target_option
-from nfgate.edges.memodb_options import MEMODB_OPTIONS
+from nfgate.edges.memodb_options import MEMODB_OPTIONS, check_memodb
 from nfgate.edges.options import curve_key_option, int_option, path_option
 from nfgate.edges.sada_options import DIALECT_CHOICES, IDENTITY_FORMS, choice_option, text_option
 from nfgate.errors import ConfigError
@@ -124,6 +124,7 @@ KINDS: dict[str, EdgeKind] = {
             factory="nfgate.edges.memodb:make",
             options=MEMODB_OPTIONS,
             summary="MemoDB broker over NNG (spec and bcdb dialects)",
+            check=check_memodb,
         ),
         EdgeKind(
             kind="dbp",

@@ -46,6 +46,7 @@ from nfgate.codecs.memodb.messages import Heartbeat as MemoHeartbeat
 from nfgate.codecs.memodb.session import Action, WorkerState, dialect_of, input_of, step
 from nfgate.edges import BeatCounts, Edge, EdgeSettings, WireCounts, WorkerAccess
 from nfgate.edges.kinds import default_heartbeat
+from nfgate.edges.memodb_options import check_memodb
 from nfgate.edges.memodb_peers import MemodbClient, MemodbWorker
 from nfgate.errors import ConfigError, DecodeError, EncodeError, TransportError
 from nfgate.model import Cancel, Command, Heartbeat, Peer, Register, Reply, Request, Status, Unregister
@@ -98,12 +99,10 @@ class MemodbEdge(Edge):
         self.job_timeout_ms = int(opts.get("job_timeout_ms", 300_000))  # type: ignore[call-overload]
         cert, ca = opts.get("tls_cert_key_file"), opts.get("tls_ca_file")
         tls = None
+        # The config loader checked this already; an edge built without it (tests) too.
+        check_memodb(opts, (settings.url,), f"edges.{settings.protocol}")
         # Config errors name the key with its section, as the config loader's do.
         cert_key, ca_key = (f"edges.{settings.protocol}.{k}" for k in ("tls_cert_key_file", "tls_ca_file"))
-        if cert is None and ca is not None:
-            raise ConfigError(f"config: {ca_key} needs {cert_key}")
-        if cert is None and settings.url.startswith("tls+"):
-            raise ConfigError(f"config: edges.{settings.protocol}.bind: {settings.url} needs {cert_key}")
         if cert is not None:
             try:
                 tls = server_tls(cert, ca, keys=(cert_key, ca_key))  # type: ignore[arg-type]

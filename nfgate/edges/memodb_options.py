@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from nfgate.edges.options import int_option, path_option
+from nfgate.errors import ConfigError
 
-__all__ = ["MEMODB_OPTIONS"]
+__all__ = ["MEMODB_OPTIONS", "check_memodb"]
 
 
 MEMODB_OPTIONS: Mapping[str, tuple[Callable[[object, str, Path], Any], Any]] = {
@@ -33,3 +34,16 @@ MEMODB_OPTIONS: Mapping[str, tuple[Callable[[object, str, Path], Any], Any]] = {
     "tls_cert_key_file": (path_option, None),
     "tls_ca_file": (path_option, None),
 }
+
+
+def check_memodb(options: Mapping[str, Any], bind: tuple[str, ...], where: str) -> None:
+    """Raise :class:`ConfigError` for TLS keys that cannot work, when the config is loaded
+    (before any edge binds): a CA file without a certificate, or a ``tls+tcp://`` bind
+    without one. Whether the files load is found when the edge is built (pynng)."""
+    if options.get("tls_cert_key_file") is not None:
+        return
+    if options.get("tls_ca_file") is not None:
+        raise ConfigError(f"config: {where}.tls_ca_file needs {where}.tls_cert_key_file")
+    for url in bind:
+        if url.startswith("tls+"):
+            raise ConfigError(f"config: {where}.bind: {url} needs {where}.tls_cert_key_file")

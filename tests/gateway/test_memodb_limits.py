@@ -166,11 +166,11 @@ def test_tls_settings_that_cannot_encrypt_are_said(tmp_path: Path, caplog: pytes
     (tmp_path / "ca.pem").write_text("")
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
-        cfg = load(config, data_dir=tmp_path / "data", binds=random_binds())
+        # Refused as the config is loaded, before any edge binds.
         with pytest.raises(
             ConfigError, match=r"^config: edges\.memodb\.tls_ca_file needs edges\.memodb\.tls_cert_key_file$"
         ):
-            build(cfg, context)
+            load(config, data_dir=tmp_path / "data", binds=random_binds())
         # A file that does not load, and a tls+tcp:// bind without a certificate: named
         # with their section too (they said only tls_cert_key_file, as a TransportError).
         cert, _ = self_signed(tmp_path)
@@ -188,7 +188,7 @@ def test_tls_settings_that_cannot_encrypt_are_said(tmp_path: Path, caplog: pytes
             ConfigError,
             match=r"^config: edges\.memodb\.bind: tls\+tcp://127\.0\.0\.1:\* needs edges\.memodb\.tls_cert_key_file$",
         ):
-            build(load(config, data_dir=tmp_path / "data", binds=tls_bind), context)
+            load(config, data_dir=tmp_path / "data", binds=tls_bind)
         # A certificate beside a plain tcp:// bind: it starts (an ipc:// bind may share
         # the table), and the log says that this bind is not encrypted.
         _, both = self_signed(tmp_path)
