@@ -186,13 +186,6 @@ def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
         key: parse(table[key], f"{where}.{key}", base) if key in table else default
         for key, (parse, default) in spec.options.items()
     }
-    if options.get("curve_allow") is not None and options.get("curve_secret_key") is None:
-        raise ConfigError(f"config: {where}.curve_allow needs {where}.curve_secret_key")
-    if enabled and options.get("curve_secret_key") is not None:
-        try:  # fail at start, in one line naming the key
-            load_server_keys(options["curve_secret_key"], options.get("curve_allow"))
-        except ConfigError as exc:
-            raise ConfigError(str(exc).replace("config: curve_", f"config: {where}.curve_", 1)) from None
     bind = _binds(table.get("bind", list(spec.binds)), f"config: {where}.bind")
     if bind and not spec.binds:
         raise ConfigError(f"config: {where}.bind: the {kind} edge binds nothing, it connects out")
@@ -202,6 +195,13 @@ def _edge(kind: str, table: Mapping[str, Any], base: Path) -> EdgeConfig:
         )
     if enabled and spec.check is not None:
         spec.check(options, bind, where)
+    if options.get("curve_allow") is not None and options.get("curve_secret_key") is None:
+        raise ConfigError(f"config: {where}.curve_allow needs {where}.curve_secret_key")
+    if enabled and options.get("curve_secret_key") is not None:
+        try:  # fail at start, in one line naming the key
+            load_server_keys(options["curve_secret_key"], options.get("curve_allow"))
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace("config: curve_", f"config: {where}.curve_", 1)) from None
     if spec.heartbeat is None:
         return EdgeConfig(
             kind=kind, enabled=enabled, bind=bind, heartbeat_ms=None, liveness=None, options=options

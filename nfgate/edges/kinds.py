@@ -20,7 +20,14 @@ import attrs
 from nfgate.edges.dbp_options import BEACON_DEFAULT, UDP_DEFAULT, address_option, check_dbp, target_option
 from nfgate.edges.memodb_options import MEMODB_OPTIONS, check_memodb
 from nfgate.edges.options import curve_key_option, int_option, path_option
-from nfgate.edges.sada_options import DIALECT_CHOICES, IDENTITY_FORMS, choice_option, text_option
+from nfgate.edges.sada_options import (
+    DIALECT_CHOICES,
+    IDENTITY_FORMS,
+    channels_option,
+    check_sada_server,
+    choice_option,
+    text_option,
+)
 from nfgate.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -165,7 +172,7 @@ KINDS: dict[str, EdgeKind] = {
             heartbeat=None,
             factory="nfgate.edges.sada_server:make",
             options={
-                "channels": (str_list_option, ()),
+                "channels": (channels_option, ()),
                 "dialect": (choice_option(DIALECT_CHOICES), "auto"),
                 "request_timeout_ms": (int_option(0), 0),
                 "refresh_ms": (int_option(1), 1000),
@@ -175,6 +182,7 @@ KINDS: dict[str, EdgeKind] = {
                 "curve_secret_key": (path_option, None),
             },
             summary="SADA server (connects to the configured channels)",
+            check=check_sada_server,
         ),
     )
 }

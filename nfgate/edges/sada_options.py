@@ -7,14 +7,17 @@ config file's folder, and raises :class:`ConfigError` naming the key.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from nfgate.errors import ConfigError
 
 __all__ = [
     "DIALECT_CHOICES",
     "IDENTITY_FORMS",
+    "channels_option",
+    "check_sada_server",
     "choice_option",
     "text_option",
 ]
@@ -39,3 +42,28 @@ def text_option(value: object, where: str, base: Path) -> str:
     if not isinstance(value, str):
         raise ConfigError(f"config: {where} must be a string, got {value!r}")
     return value
+
+
+def channels_option(value: object, where: str, base: Path) -> tuple[str, ...]:
+    """Channel URLs to connect to: a string or a list of ``tcp://host:port`` (or
+    ``host:port``), each checked now, so a bad one stops the start before any edge binds."""
+    from nfgate.codecs.sada.codec import channel_identity  # pure: no sockets
+
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"config: {where} must be a string or a list of non-empty strings")
+    for url in value:
+        try:
+            channel_identity(url, "spec")
+        except ValueError as exc:
+            raise ConfigError(f"config: {where}: {url!r}: {exc}") from None
+    return tuple(value)
+
+
+def check_sada_server(options: Mapping[str, Any], bind: tuple[str, ...], where: str) -> None:
+    """Raise :class:`ConfigError` for an own CURVE key pair without the channels' key."""
+    if options.get("curve_secret_key") is not None and options.get("curve_server_key") is None:
+        raise ConfigError(
+            f"config: {where}.curve_secret_key needs {where}.curve_server_key (the channels' public key)"
+        )

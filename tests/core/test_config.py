@@ -92,6 +92,15 @@ enabled = false
         ("[edges.sada-server]\nliveness = 2\n", "unknown key edges.sada-server.liveness"),
         # Every beacon sent to port 0 failed (EINVAL), counted once a second, never said.
         ("[edges.dbp]\nbeacon = '127.0.0.1:0'\n", "edges.dbp.beacon: port 0 is not a destination"),
+        # Found when the edge was built (after others had bound), now as the config loads.
+        (
+            "[edges.sada-server]\nchannels = ['tcp://10.0.0.5']\n",
+            "edges.sada-server.channels: 'tcp://10.0.0.5'",
+        ),
+        (
+            "[edges.sada-server]\ncurve_secret_key = 'server.key_secret'\n",
+            "edges.sada-server.curve_secret_key needs edges.sada-server.curve_server_key",
+        ),
         # The second edge failed to bind "address already in use", as if another program held it.
         (
             "[edges.dbp]\nbind = ['tcp://127.0.0.1:5246', 'tcp://127.0.0.1:5247']\nudp = '127.0.0.1:5246'\n",
