@@ -24,6 +24,7 @@ from nfgate.edges.sada_options import (
     DIALECT_CHOICES,
     IDENTITY_FORMS,
     channels_option,
+    check_sada,
     check_sada_server,
     choice_option,
     text_option,
@@ -163,6 +164,7 @@ KINDS: dict[str, EdgeKind] = {
                 **CURVE_OPTIONS,
             },
             summary="SADA channel (spec and PIRAN dialects)",
+            check=check_sada,
         ),
         EdgeKind(
             kind="sada-server",

@@ -17,6 +17,7 @@ __all__ = [
     "DIALECT_CHOICES",
     "IDENTITY_FORMS",
     "channels_option",
+    "check_sada",
     "check_sada_server",
     "choice_option",
     "text_option",
@@ -67,3 +68,24 @@ def check_sada_server(options: Mapping[str, Any], bind: tuple[str, ...], where: 
         raise ConfigError(
             f"config: {where}.curve_secret_key needs {where}.curve_server_key (the channels' public key)"
         )
+
+
+def check_sada(options: Mapping[str, Any], bind: tuple[str, ...], where: str) -> None:
+    """Raise :class:`ConfigError` when a bind gives the channel no public endpoint for
+    its identity (a wildcard host or a non-TCP URL without ``public_endpoint``, say), as
+    the config loads; the edge would refuse it only when built, after others had bound."""
+    from nfgate.codecs.sada.codec import channel_identity  # pure: no sockets
+
+    for url in bind:
+        public = str(options.get("public_endpoint") or "") or url
+        head, _, port = public.rpartition(":")
+        # A wildcard port is the one bound, known only then: any port stands for it here.
+        candidate = f"{head}:1" if port in ("*", "0") else public
+        try:
+            channel_identity(candidate, str(options.get("identity_form", "spec")))
+        except ValueError as exc:
+            reason = str(exc).replace(repr(candidate), repr(public))
+            raise ConfigError(
+                f"config: {where}: the channel identity is its public endpoint, and {public!r} is not one "
+                f"({reason}); set {where}.public_endpoint"
+            ) from None

@@ -94,6 +94,10 @@ enabled = false
         ("[edges.dbp]\nbeacon = '127.0.0.1:0'\n", "edges.dbp.beacon: port 0 is not a destination"),
         # Found when the edge was built (after others had bound), now as the config loads.
         (
+            "[edges.sada]\nbind = 'tcp://0.0.0.0:5055'\n",
+            "edges.sada: the channel identity is its public endpoint",
+        ),
+        (
             "[edges.sada-server]\nchannels = ['tcp://10.0.0.5']\n",
             "edges.sada-server.channels: 'tcp://10.0.0.5'",
         ),

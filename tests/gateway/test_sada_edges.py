@@ -9,6 +9,7 @@ import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 import zmq
 
@@ -505,7 +506,13 @@ def test_public_endpoint_names_the_channel(tmp_path: Path) -> None:
 def test_a_wildcard_host_needs_a_public_endpoint(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text('[edges.sada]\npublic_endpoint = "tcp://0.0.0.0:5055"\n')
-    cfg = load(path, data_dir=tmp_path / "data", binds=random_binds())
+    with pytest.raises(ConfigError, match=r"set edges\.sada\.public_endpoint"):
+        load(path, data_dir=tmp_path / "data", binds=random_binds())  # before any edge binds
+    # The edge refuses it too, when built from options the loader did not check.
+    cfg = load(None, data_dir=tmp_path / "data", binds=random_binds())
+    sada = cfg.edge("sada")
+    sada = attrs.evolve(sada, options={**sada.options, "public_endpoint": "tcp://0.0.0.0:5055"})
+    cfg = attrs.evolve(cfg, edges=tuple(sada if e.kind == "sada" else e for e in cfg.edges))
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     try:
         with pytest.raises(ConfigError, match="public_endpoint"):
