@@ -199,6 +199,7 @@ def test_memodb_send_timeout_ms_gives_up_a_reply_its_peer_does_not_read(tmp_path
     # fills the TCP buffers and holds its connection; the HEARTBEAT its idle neighbour
     # on the same connection is answered after heartbeat_ms waits behind it and is
     # given up after send_timeout_ms (with the default, 30 s, it would still wait).
+    # 32 MB: more than the kernel buffers on loopback (Linux's tcp_wmem max is 4 MB).
     gw = start_gateway(tmp_path, "[edges.memodb]\nsend_timeout_ms = 200\nheartbeat_ms = 100\n")
     worker = client = None
     try:
