@@ -273,3 +273,18 @@ def test_sada_server_curve_secret_key_alone_is_named_with_its_section(
         match=r"^config: edges\.sada-server\.curve_secret_key needs edges\.sada-server\.curve_server_key ",
     ):
         SadaServerEdge(settings)
+
+
+def test_limits_reach_every_zeromq_edges_socket_and_memodbs_receive_limit(tmp_path: Path) -> None:
+    # [limits] high_water_mark and max_message_bytes are socket options (docs/broker.md):
+    # each ZeroMQ edge's ROUTER, and NNG's receive limit on the MemoDB edge's socket.
+    gw = start_gateway(tmp_path, "[limits]\nhigh_water_mark = 1234\nmax_message_bytes = 654321\n")
+    try:
+        for name in ("nfp", "dcp", "dbp", "sada", "sada-server"):
+            sock = gw.gateway.edges[name].transport.socket  # type: ignore[attr-defined]
+            got = (sock.getsockopt(zmq.SNDHWM), sock.getsockopt(zmq.RCVHWM), sock.getsockopt(zmq.MAXMSGSIZE))
+            assert got == (1234, 1234, 654321), name
+        memo = gw.gateway.edges["memodb"].transport  # type: ignore[attr-defined]
+        assert memo.socket.recv_max_size == 654321
+    finally:
+        finish(gw)
