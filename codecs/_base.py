@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import attrs
 import cattrs
@@ -48,7 +48,6 @@ class Message:
     TYPE: ClassVar[str] = ""
 
 
-M = TypeVar("M", bound=Message)
 Decoder = Callable[[list[bytes], str], Message]
 Encoder = Callable[[Message, str], list[bytes]]
 Detector = Callable[[list[bytes]], str]

@@ -43,7 +43,6 @@ class Checkpointer:
 
     def __init__(self, path: Path, interval_s: float = INTERVAL_S) -> None:
         self.interval_s = interval_s
-        self.runs = 0  # checkpoints done
         self.errors = 0
         # Its own connection: a checkpoint must not run inside the loop's transaction.
         # Opened here, so that a database that cannot be opened fails the caller.
@@ -67,8 +66,6 @@ class Checkpointer:
             self.errors += 1
             if self.errors == 1:
                 log.warning("checkpointing the job store failed (the loop's own checkpoints go on): %s", exc)
-            return
-        self.runs += 1
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread and close its connection (waits for a checkpoint under way)."""

@@ -23,7 +23,6 @@ from nfgate.conformance.roles import _nfp
 from nfgate.conformance.roles._nfp import JOB_BODY, SPEC_STATUSES, clause, new_uuid, norfab
 
 CLIENT_TOKEN = b"nfgate-conformance"  # the client address the suite's jobs carry (NorFab form)
-INTERIM = (201, 202, 102, 300)
 
 
 def _heartbeat(link: RouterLink) -> Keepalive | None:
