@@ -55,7 +55,7 @@ from nfgate.edges.dbp_service import Service
 from nfgate.edges.kinds import default_heartbeat
 from nfgate.errors import DecodeError, EncodeError, TransportError
 from nfgate.model import Catalog, Command, Heartbeat, Lookup, Register, Reply, Unregister
-from nfgate.routing_types import Abort, Accepted, Dispatch, Evict, Output
+from nfgate.routing_types import Accepted, Dispatch, Evict, Output
 from nfgate.store import JobStore
 from nfgate.transports.udp import Address, UdpEndpoint, parse_address
 
@@ -431,15 +431,13 @@ class DbpEdge(RouterEdge):
                     self._send(svc.address, wire.Disconnect(time=time.time()), svc.dialect)
                     svc.function = ""  # the core has dropped the worker already
                     self._forget(svc, [], output.reason)
-            case Abort():
-                # DBP has no cancel: forget the request; a late REPLY is counted and dropped.
-                svc = self._services.get(output.worker.address)
-                if svc is not None:
-                    svc.held.pop(output.request.id, None)
             case Accepted():
                 pass
             case _:
                 # DBP clients only ask the catalog: no Deliver can be addressed to them.
+                # Nor an Abort: DBP has no cancel, so the core keeps a cancelled request's
+                # slot (RouterConfig.cancel_keeps_slot) and the edge keeps the request, so
+                # the service's late REPLY still reaches the core and frees it.
                 self.counters["unexpected_output"] += 1
         return []
 

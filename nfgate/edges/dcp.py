@@ -54,7 +54,7 @@ from nfgate.model import (
     Status,
     Unregister,
 )
-from nfgate.routing_types import STATUS_CANCELLED, Abort, Accepted, Deliver, Dispatch, Evict, Output
+from nfgate.routing_types import STATUS_CANCELLED, Accepted, Deliver, Dispatch, Evict, Output
 from nfgate.store import JobStore
 
 __all__ = ["DcpEdge"]
@@ -283,15 +283,14 @@ class DcpEdge(RouterEdge):
             return self._dispatch(output)
         if isinstance(output, Deliver):
             self._deliver(output)
-        elif isinstance(output, Evict | Abort):
-            # No DISCONNECT or cancel in DCP: forget; a later PING gets RECONNECT.
-            worker = self._workers.get(output.worker.address)
-            if worker is not None:
-                if isinstance(output, Evict):
-                    self._drop_worker(output.worker.address)
-                else:
-                    worker.held.pop(output.request.id, None)
+        elif isinstance(output, Evict):
+            # No DISCONNECT in DCP: forget; a later PING gets RECONNECT.
+            if output.worker.address in self._workers:
+                self._drop_worker(output.worker.address)
         elif not isinstance(output, Accepted):
+            # Abort included: DCP has no cancel, so the core keeps a cancelled request's
+            # slot (RouterConfig.cancel_keeps_slot) and the edge keeps the request, so
+            # the worker's late REPLY still reaches the core and frees it.
             self.counters["unexpected_output"] += 1
         return []
 

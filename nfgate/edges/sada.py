@@ -72,7 +72,7 @@ from nfgate.model import (
     Status,
     Unregister,
 )
-from nfgate.routing_types import STATUS_CANCELLED, Abort, Accepted, Deliver, Dispatch, Evict, Output
+from nfgate.routing_types import STATUS_CANCELLED, Accepted, Deliver, Dispatch, Evict, Output
 from nfgate.store import JobStore
 from nfgate.transports.zmq import identity_lasts
 
@@ -351,14 +351,12 @@ class SadaChannelEdge(RouterEdge):
                 # idle server would not speak again (MMI restart, a server taken for dead
                 # that was only slow). One that is gone does not read it.
                 self._forget(output.worker.address, now_ms)
-            case Abort():
-                p = self._servers.get(output.worker.address)
-                if p is not None:
-                    for rid in [r for r, cid in p.held.items() if cid == output.request.id]:
-                        del p.held[rid]
             case Accepted():
                 pass
             case _:
+                # Abort included: SADA has no cancel, so the core keeps a cancelled
+                # request's slot (RouterConfig.cancel_keeps_slot) and the edge keeps the
+                # request id, so the server's late REP still reaches the core and frees it.
                 self.counters["unexpected_output"] += 1
         return []
 
