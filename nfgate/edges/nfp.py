@@ -24,7 +24,7 @@ import logging
 import uuid as uuidlib
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from nfgate.codecs._base import Message
 from nfgate.codecs.nfp import codec as wire
@@ -55,7 +55,7 @@ from nfgate.edges import (
     peer_label,
 )
 from nfgate.edges.kinds import NORFAB_WORKER_CAPACITY, default_heartbeat
-from nfgate.edges.nfp_job import over_limit_response
+from nfgate.edges.nfp_job import core_status, over_limit_response
 from nfgate.edges.nfp_jobs import NfpJobs
 from nfgate.edges.nfp_retention import JobRetention
 from nfgate.edges.nfp_services import NfpOptions, NfpServices
@@ -63,9 +63,6 @@ from nfgate.errors import EncodeError
 from nfgate.model import Command, Heartbeat, Peer, Register, Reply, Request, ServiceRef, Status, Unregister
 from nfgate.routing_types import Abort, Accepted, Deliver, Dispatch, Evict, Output
 from nfgate.store import JobStore
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["NfpEdge", "NfpOptions"]
 
@@ -110,6 +107,7 @@ class NfpEdge(RouterEdge):
     EVENTS = (
         *RouterEdge.EVENTS,
         "accepted_unknown",
+        "bad_status",
         "bodies_refused",
         "client_errors",
         "deliver_unknown",
@@ -352,7 +350,9 @@ class NfpEdge(RouterEdge):
         if entry is None:
             self.bad_input(self.peer(address), "unknown_result", f"{msg.TYPE} for uuid {msg.uuid[:40]!r}")
             return None
-        core_id = entry[0]
+        core_id, status = entry[0], core_status(msg.status)
+        if status != msg.status:  # the Reply could not carry it: the request would be lost
+            self.bad_input(self.peer(address), "bad_status", f"{msg.TYPE} status {msg.status}: not HTTP's")
         if isinstance(msg, Event):
             progress = "event"
             self.counters["events_received"] += 1
@@ -379,9 +379,7 @@ class NfpEdge(RouterEdge):
             if not progress and msg.status >= 200:
                 del p.held[msg.uuid]
                 p.asked.pop(msg.uuid, None)
-        return Reply(
-            id=core_id, status=msg.status, body=msg.body, worker=self.peer(address), progress=progress
-        )
+        return Reply(id=core_id, status=status, body=msg.body, worker=self.peer(address), progress=progress)
 
     # ------------------------------------------------------------------ output
 

@@ -20,6 +20,7 @@ __all__ = [
     "INTERIM_CLASS",
     "Job",
     "body_dict",
+    "core_status",
     "error_response",
     "job_target",
     "nfp_status",
@@ -32,6 +33,7 @@ __all__ = [
 # The NFP spec's status list has no 503/504 ("MAY NOT use status codes not defined"):
 # a worker timeout is 408 (design.md), a full queue an internal error.
 _SPEC_STATUS = {Status.GATEWAY_TIMEOUT: Status.REQUEST_TIMEOUT, Status.UNAVAILABLE: Status.ERROR}
+_HTTP_MAX = 599  # nfgate.model.Reply's bound
 INTERIM_CLASS: dict[str, type[Response] | type[Event] | type[Stream]] = {
     "event": Event,
     "stream": Stream,
@@ -41,6 +43,14 @@ INTERIM_CLASS: dict[str, type[Response] | type[Event] | type[Stream]] = {
 def nfp_status(status: int) -> int:
     """The status an NFP client is sent for the core's ``status`` (never raises)."""
     return int(_SPEC_STATUS.get(status, status))  # type: ignore[call-overload]
+
+
+def core_status(status: int) -> int:
+    """A worker's NFP status as the core carries it (never raises). NFP's codec takes any
+    three digits, 100 to 999; the core's statuses are HTTP's, 100 to 599, as SADA's REP
+    and DBP's envelope carry only those: one beyond is the worker's error, 500 (as a DBP
+    envelope's bad status is)."""
+    return status if status <= _HTTP_MAX else int(Status.ERROR)
 
 
 def wall_ms() -> int:
