@@ -32,7 +32,9 @@ Differences from NorFab: referenced files are read once, by :func:`load_inventor
 well as YAML. YAML files are Jinja2 templates, as NorFab renders them, with the
 environment as ``env`` (``home: '{{ env.HOME }}'``, ``{% for %}`` loops), rendered once
 at start-up; TOML files are not templates. Dates and times from YAML/TOML become ISO
-8601 strings so every answer is plain JSON.
+8601 strings so every answer is plain JSON, and number keys strings; a null or boolean
+key (YAML's ``~:``, ``yes:``, ``on:``: NorFab would send them as ``"null"``, ``"true"``)
+and two keys that are one JSON key (``1:`` and ``"1":``) are start-up errors.
 """
 
 from __future__ import annotations
@@ -146,7 +148,7 @@ def load_inventory(path: Path | str) -> Inventory:
     loaded: dict[Path, Mapping[str, Any]] = {}  # a file named under several globs is read once
     entries = []
     for pattern, value in workers.items():
-        if not isinstance(pattern, str) or not pattern:
+        if not pattern:  # a string: _read_mapping made every key one, or refused it
             raise ConfigError(f"{path}: workers key {pattern!r} must be a non-empty string")
         where = f"workers.{pattern}"
         if isinstance(value, dict):
@@ -282,7 +284,15 @@ def _jsonable(value: Any, where: str) -> Any:
     """``value`` with dates as ISO strings and mapping keys as strings; raises ValueError
     for anything JSON cannot carry (YAML ``!!binary``, ``!!set``...)."""
     if isinstance(value, dict):
-        return {_key(k, where): _jsonable(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            key = _key(k, where)
+            if key in out:  # `1:` and `"1":` are one JSON key: one value would go unseen
+                raise ValueError(
+                    f"{where or 'top level'}: keys {k!r} and {key!r} are one JSON key: rename one"
+                )
+            out[key] = _jsonable(v, f"{where}.{key}" if where else key)
+        return out
     if isinstance(value, list | tuple):
         return [_jsonable(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, datetime.date | datetime.time):
@@ -293,14 +303,18 @@ def _jsonable(value: Any, where: str) -> Any:
 
 
 def _key(key: Any, where: str) -> str:
-    # YAML allows `1: x` or `null: x`; JSON keys are strings, and json.dumps would turn
-    # them into strings anyway, so do it once here where an odd key can be reported.
+    # YAML allows `1: x`; JSON keys are strings, and json.dumps would turn them into
+    # strings anyway, so do it once here where an odd key can be reported. A null or
+    # boolean key is refused: YAML reads an empty key or `~` as null and an unquoted
+    # yes/no/on/off as a boolean, so `yes:` would silently be the worker pattern "true".
     if isinstance(key, str):
         return key
-    if isinstance(key, bool):
-        return "true" if key else "false"
     if key is None:
-        return "null"
+        raise ValueError(f"{where or 'top level'}: a key is YAML's null (an empty key, ~ or null): quote it")
+    if isinstance(key, bool):
+        raise ValueError(
+            f"{where or 'top level'}: key {key} is a YAML boolean (yes/no/on/off/true/false unquoted): quote it"
+        )
     if isinstance(key, int | float):
         return str(key)
     raise ValueError(f"{where or 'top level'}: key {key!r} cannot be a JSON object key")

@@ -153,6 +153,13 @@ def test_answers_are_copies(tmp_path: Path) -> None:
     assert sid.get_inventory(inv, "w1")[1] == {"hosts": {"r1": {}}}
 
 
+def test_number_keys_are_json_strings_and_quoted_yaml_words_plain_keys(tmp_path: Path) -> None:
+    text = "workers:\n  'yes': {vlans: {100: a, 2.5: b}, 'null': c, 'on': d}\n"
+    inv = sid.load_inventory(write(tmp_path / "inv.yaml", text))
+    assert inv.patterns() == ("yes",)
+    assert sid.get_inventory(inv, "yes") == (200, {"vlans": {"100": "a", "2.5": "b"}, "null": "c", "on": "d"})
+
+
 @pytest.mark.parametrize(
     ("name", "text", "problem"),
     [
@@ -167,6 +174,14 @@ def test_answers_are_copies(tmp_path: Path) -> None:
         ("ref.yaml", "workers: {w1: [nope/there.yaml]}\n", "there.yaml: file not found"),
         ("inv.json", "{}", "unknown inventory format"),
         ("binary.yaml", "workers: {w1: {blob: !!binary aGk=}}\n", "cannot be sent as JSON"),
+        # YAML's null and boolean keys: silently "null" and "true" before (`yes:` a pattern "true").
+        ("null-worker.yaml", "workers:\n  ~: {a: 1}\n", "workers: a key is YAML's null"),
+        ("empty-key.yaml", "workers:\n  w1:\n    ?\n    : 1\n", "workers.w1: a key is YAML's null"),
+        ("yes-worker.yaml", "workers:\n  yes: {a: 1}\n", "workers: key True is a YAML boolean"),
+        ("off-key.yaml", "workers:\n  w1: {hosts: {r1: {off: 1}}}\n", "workers.w1.hosts.r1: key False"),
+        ("null-top.yaml", "null: {a: 1}\nworkers: {}\n", "top level: a key is YAML's null"),
+        # Two keys that are one JSON key: one value would go unseen.
+        ("twice.yaml", "workers:\n  w1: {1: a, '1': b}\n", "are one JSON key"),
     ],
 )
 def test_broken_inventory_is_one_line_config_error(
