@@ -1,5 +1,5 @@
 """Safir-Darbaan's per-peer state machines, as tables, plus the pure rules the gateway's
-two SADA roles share (dialect evidence, request ids, ping schedule). No sockets, no clock.
+two SADA roles share (dialect evidence, request ids). No sockets, no clock.
 
 Two tables, one per role nfgate plays (design.md "SADA"):
 
