@@ -338,3 +338,31 @@ def test_each_kind_of_bad_input_has_its_own_minute_of_warnings(
     finally:
         edge.close()
         context.term()
+
+
+def test_a_worker_registering_for_another_service_leaves_the_first(gw: Running) -> None:
+    w = worker(gw, b"first")
+    until(lambda: [s.name for i in gw.gateway.router.workers() for s in i.services] == ["first"])
+    send(w, Registration(service=b"second"))
+    assert get(w) == Registration(service=b"second")
+    until(lambda: [s.name for i in gw.gateway.router.workers() for s in i.services] == ["second"])
+    client = gw.dealer("dcp")
+    send(client, Request(service=b"first", metadata=(b"old",), data=(b"x",)))
+    send(client, Request(service=b"second", metadata=(b"new",), data=(b"y",)))
+    request = serve_one(w)  # only the second service's request reaches it
+    assert request.metadata == (b"new",)
+    assert get(client) == Reply(client=None, metadata=(b"new",), data=(b"y", b""))
+    assert nothing(w)
+
+
+def test_a_reply_with_changed_metadata_answers_the_one_request_held_for_that_client(gw: Running) -> None:
+    w = worker(gw, b"svc")
+    client = gw.dealer("dcp")
+    send(client, Request(service=b"svc", metadata=(b"mine",), data=(b"x",)))
+    request = get(w)
+    assert isinstance(request, Request)
+    # "Workers MUST copy these parts into the reply without any modifications": one that
+    # did not, holding one request of that client, still answers it (and is counted).
+    send(w, Reply(client=request.client, metadata=(b"changed",), data=(b"done",)))
+    assert get(client) == Reply(client=None, metadata=(b"changed",), data=(b"done",))
+    assert gw.gateway.edges["dcp"].stats()["reply_metadata_changed"] == 1
