@@ -12,9 +12,10 @@ import zmq
 
 from nfgate.codecs import nfp, sada
 from nfgate.codecs.nfp.messages import CLIENT, Open, Post, Response
-from nfgate.codecs.sada.messages import PROTO_ASCII, Rep, Req
+from nfgate.codecs.sada.messages import PROTO_ASCII, Intr, Rep, Req
 
 from .conftest import recv, running_on
+from .test_sada_edges import served_channel
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -143,3 +144,16 @@ def test_a_piran_req_over_the_message_limit_is_answered_in_piran(tmp_path: Path)
         assert sada.decode(frames, "piran") == Rep(
             proto=PROTO_ASCII, request_id="RQ-big", status=400, payload=b""
         )
+
+
+def test_a_channels_req_over_the_message_limit_is_answered_400_by_the_server_edge(tmp_path: Path) -> None:
+    """The gateway as a SADA server: a channel's REQ dropped for a limit is answered
+    400 as the channel edge answers a client's, so the channel does not wait it out."""
+    with served_channel(tmp_path, toml=SMALL) as (gw, channel):
+        identity, *frames = recv(channel.sock)  # the gateway introduces itself first
+        assert isinstance(sada.decode(frames), Intr)
+        channel.server = identity
+        channel.send(BIG_REQ)
+        answer = channel.get()
+        assert isinstance(answer, Rep) and (answer.request_id, answer.status) == ("RQ-big", 400)
+        assert gw.gateway.edges["sada-server"].stats()["too_large"] == 1
