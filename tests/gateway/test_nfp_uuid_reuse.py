@@ -61,3 +61,22 @@ def test_a_post_reusing_a_finished_jobs_uuid_is_400_and_the_result_stays(gw: Run
     assert get(client).status == 202  # type: ignore[attr-defined]
     again = get(w)
     assert isinstance(again, Post) and again.uuid == other
+
+
+def test_another_clients_post_with_a_running_jobs_uuid_for_another_service_is_400(gw: Running) -> None:
+    w = spec_worker(gw, "echo", b"w1")
+    owner = gw.dealer("nfp")
+    job = new_uuid()
+    send(owner, Post(header=CLIENT, service="echo", target="any", uuid=job, body=(b"one",)))
+    assert get(owner).status == 202  # type: ignore[attr-defined]
+    assert isinstance(get(w), Post)
+    # Not the spec's retry (same job from a new socket): another service under that uuid.
+    stranger = gw.dealer("nfp")
+    send(stranger, Post(header=CLIENT, service="other", target="any", uuid=job, body=(b"x",)))
+    refused = get(stranger)
+    assert isinstance(refused, Response) and (refused.uuid, refused.status) == (job, 400)
+    assert json.loads(refused.body[0])["errors"] == ["job uuid already in use"]
+    # The running job is still its owner's.
+    send(w, Response(header=WORKER, service="echo", uuid=job, status=200, body=(b"r1",)))
+    assert get(owner) == Response(header=BROKER, service="echo", uuid=job, status=200, body=(b"r1",))
+    assert drained(stranger) == []
