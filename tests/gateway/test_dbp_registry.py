@@ -51,3 +51,14 @@ def test_registering_again_under_another_name_retires_the_first(gw: Running) -> 
     assert info(gw, "old-name")["status"] == "inactive"  # the spec's "inactive warning"
     assert info(gw, "new-name")["status"] == "active"
     assert edge(gw).stats()["services"] == 1
+
+
+def test_an_update_that_is_not_json_is_denied_and_changes_nothing(gw: Running) -> None:
+    sock = register(gw, "sensor", function="read", colour="blue")
+    until(lambda: [w.name for w in gw.gateway.router.workers()] == ["dbp-sensor"])
+    send(sock, dbp.Update(time=now(), info=(b"{not json",)))
+    denied = get(sock)
+    assert isinstance(denied, dbp.Denied) and b"not JSON" in denied.reasons[0]
+    entry = info(gw, "sensor")
+    assert (entry["status"], entry["colour"], entry["function"]) == ("active", "blue", "read")
+    assert [w.name for w in gw.gateway.router.workers()] == ["dbp-sensor"]  # still a worker
