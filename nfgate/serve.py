@@ -94,7 +94,12 @@ def build(
         # Inside the try: the gateway takes descriptors too (a socket monitor per ZeroMQ
         # edge), and a start that runs out of them there must close what it bound.
         gateway = Gateway(
-            Router(cfg.routing), edges, wake_fd=wake_fd, logs=logs, drain_ms=cfg.drain_ms, stall_ms=cfg.stall_ms
+            Router(cfg.routing),
+            edges,
+            wake_fd=wake_fd,
+            logs=logs,
+            drain_ms=cfg.drain_ms,
+            stall_ms=cfg.stall_ms,
         )
         for edge in edges:
             edge.attach(gateway)
