@@ -31,8 +31,10 @@ Differences from NorFab: referenced files are read once, by :func:`load_inventor
 :class:`~nfgate.errors.ConfigError` rather than a failed request; files may be TOML as
 well as YAML. YAML files are Jinja2 templates, as NorFab renders them, with the
 environment as ``env`` (``home: '{{ env.HOME }}'``, ``{% for %}`` loops), rendered once
-at start-up; TOML files are not templates. Dates and times from YAML/TOML become ISO
-8601 strings so every answer is plain JSON, and number keys strings; a null or boolean
+at start-up; TOML files are not templates. As in NFAPI, ``env`` includes the ``.env``
+file beside the inventory file, whose values win over the process environment
+(read with python-dotenv). Dates and times from YAML/TOML become ISO 8601 strings so
+every answer is plain JSON, and number keys strings; a null or boolean
 key (YAML's ``~:``, ``yes:``, ``on:``: NorFab would send them as ``"null"``, ``"true"``)
 and two keys that are one JSON key (``1:`` and ``"1":``) are start-up errors.
 """
@@ -42,6 +44,7 @@ from __future__ import annotations
 import copy
 import datetime
 import fnmatch
+import io
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -51,6 +54,8 @@ from typing import Any
 import attrs
 import jinja2
 import yaml  # type: ignore[import-untyped]
+from dotenv import dotenv_values
+from dotenv import parser as dotenv_parser
 
 from nfgate.brokersvc import RequestError, param, unsupported
 from nfgate.errors import ConfigError
@@ -135,11 +140,12 @@ def load_inventory(path: Path | str) -> Inventory:
 
     Raises:
         ConfigError: one line naming the file and the problem: missing or unreadable
-            file, invalid YAML/TOML, unknown extension, or a shape other than the one in
-            the module docstring.
+            file, invalid YAML/TOML, unknown extension, a shape other than the one in
+            the module docstring, or a ``.env`` beside it that cannot be read or parsed.
     """
     path = Path(path)
-    top = _read_mapping(path, what="inventory")
+    env = _environment(path.parent / ".env")
+    top = _read_mapping(path, what="inventory", env=env)
     workers = top.get("workers")
     if workers is None:
         workers = {}
@@ -167,7 +173,7 @@ def load_inventory(path: Path | str) -> Inventory:
             elif isinstance(item, str) and item:
                 file = path.parent / item
                 if file not in loaded:
-                    loaded[file] = _read_mapping(file, what=f"{path}: {where}[{index}]")
+                    loaded[file] = _read_mapping(file, what=f"{path}: {where}[{index}]", env=env)
                 resolved.append((str(file), loaded[file]))
             else:
                 raise ConfigError(
@@ -205,12 +211,12 @@ def handle(
 # ---------------------------------------------------------------------------- reading
 
 
-def _render(text: str, prefix: str) -> str:
+def _render(text: str, prefix: str, env: Mapping[str, str]) -> str:
     """``text`` rendered as NorFab renders an inventory file: a Jinja2 template whose
-    context is ``env`` (the process environment). Raises ConfigError (one line, with the
+    context is ``env`` (:func:`_environment`). Raises ConfigError (one line, with the
     template's line number) when it does not render."""
     try:
-        return jinja2.Environment(autoescape=False).from_string(text).render(env=dict(os.environ))
+        return jinja2.Environment(autoescape=False).from_string(text).render(env=dict(env))
     except jinja2.TemplateError as exc:
         line = getattr(exc, "lineno", None)
         where = f" (line {line})" if line else ""
@@ -235,8 +241,9 @@ def _template_line(exc: BaseException) -> int | None:
     return line
 
 
-def _read_mapping(path: Path, *, what: str) -> dict[str, Any]:
-    """One YAML or TOML file whose top level is a mapping, made JSON-able.
+def _read_mapping(path: Path, *, what: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """One YAML or TOML file whose top level is a mapping, made JSON-able; a YAML file
+    is rendered with ``env`` first.
 
     ``what`` says who asked for it, so an error in a referenced file names both files.
     Raises ConfigError.
@@ -255,7 +262,7 @@ def _read_mapping(path: Path, *, what: str) -> dict[str, Any]:
         raise ConfigError(f"{prefix}: cannot read: {_reason(exc)}") from None
     data: Any
     if suffix != ".toml":
-        text = _render(text, prefix)
+        text = _render(text, prefix, env)
     if suffix == ".toml":
         try:
             data = tomllib.loads(text)
@@ -278,6 +285,36 @@ def _read_mapping(path: Path, *, what: str) -> dict[str, Any]:
     except RecursionError:  # `a: &x [*x]`: a YAML alias inside its own anchor
         raise ConfigError(f"{prefix}: a value contains itself (a YAML alias inside its own anchor)") from None
     return clean
+
+
+def _environment(dotenv: Path) -> dict[str, str]:
+    """What templates see as ``env``: the process environment and, over it, the ``.env``
+    file beside the inventory. NFAPI loads that file (``load_dotenv(<inventory folder>/
+    .env, override=True)``) before it renders the inventory, so the NorFab broker it
+    starts renders with it: deployments keep their tokens and passwords there. Without
+    it here, they would reach the workers as empty strings. The file is read with
+    python-dotenv, as NFAPI reads it (``${NAME}`` from the file first, then the
+    environment); a ``.env`` that is not a file is ignored, as python-dotenv ignores it.
+
+    Raises:
+        ConfigError: the file cannot be read, or has a line python-dotenv cannot parse
+            (python-dotenv skips it with a warning; a gateway stops instead, rather than
+            render a value the user thinks is set as empty).
+    """
+    env = dict(os.environ)
+    if not dotenv.is_file():
+        return env
+    try:
+        text = dotenv.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{dotenv}: cannot read: {_reason(exc)}") from None
+    for binding in dotenv_parser.parse_stream(io.StringIO(text)):
+        if binding.error:
+            raise ConfigError(f"{dotenv}: line {binding.original.line}: not a NAME=value binding")
+    # A bare NAME (value None) sets nothing, as with load_dotenv.
+    values = dotenv_values(stream=io.StringIO(text))
+    env.update((name, value) for name, value in values.items() if value is not None)
+    return env
 
 
 def _jsonable(value: Any, where: str) -> Any:

@@ -138,6 +138,38 @@ def test_yaml_inventory_files_are_jinja2_templates_as_in_norfab(
     assert sid.get_inventory(inv, "w2")[1] == theirs["w2"]
 
 
+def test_the_dotenv_beside_the_inventory_is_in_env_over_the_environment_as_nfapi_loads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # NFAPI runs load_dotenv(<inventory folder>/.env, override=True) before rendering.
+    monkeypatch.setenv("NFGATE_TEST_HOME", "/from/environment")
+    monkeypatch.setenv("NFGATE_TEST_OUTER", "outer")
+    monkeypatch.delenv("NFGATE_TEST_BARE", raising=False)
+    write(
+        tmp_path / ".env",
+        "export NFGATE_TEST_HOME='/from/dotenv'  # wins\n"
+        'NFGATE_TEST_TOKEN="${NFGATE_TEST_HOME}/${NFGATE_TEST_OUTER}/${NFGATE_TEST_UNSET:-fallback}"\n'
+        "NFGATE_TEST_BARE\n",
+    )
+    write(
+        tmp_path / "w1.yaml",
+        "token: '{{ env.NFGATE_TEST_TOKEN }}'\nbare: '{{ env.NFGATE_TEST_BARE is defined }}'\n",
+    )
+    path = write(tmp_path / "inv.yaml", JINJA + "  w2: [w1.yaml]\n")
+    inv = sid.load_inventory(path)
+    assert sid.get_inventory(inv, "w1")[1]["home"] == "/from/dotenv"
+    # A referenced file sees it too; a bare NAME sets nothing; the process is untouched.
+    assert sid.get_inventory(inv, "w2")[1] == {"token": "/from/dotenv/outer/fallback", "bare": "False"}
+    assert os.environ["NFGATE_TEST_HOME"] == "/from/environment" and "NFGATE_TEST_TOKEN" not in os.environ
+
+
+def test_a_dotenv_line_that_does_not_parse_is_one_line_naming_it(tmp_path: Path) -> None:
+    write(tmp_path / ".env", "TOKEN=1\nPASSWORD secret\n")
+    path = write(tmp_path / "inv.yaml", "workers: {}\n")
+    with pytest.raises(ConfigError, match=r"\.env: line 2: not a NAME=value binding$"):
+        sid.load_inventory(path)
+
+
 def test_a_template_that_does_not_render_is_one_line_naming_its_line(tmp_path: Path) -> None:
     path = write(tmp_path / "inv.yaml", "workers:\n  w1: {a: 1}\n{% for x in %}\n")
     with pytest.raises(ConfigError) as info:
