@@ -201,7 +201,9 @@ class Request:
     an output per request (about a tenth of a DCP relay's processing, measured).
     ``from_worker``: sent for the work a worker holds from a socket other than the
     worker's own (NorFab's worker-embedded client): the core takes it while the gateway
-    drains, as it takes a request from a worker's own socket.
+    drains, as it takes a request from a worker's own socket. ``give_up_ms``: the client
+    gives up this long after the core takes it (a NorFab job's ``timeout``; None: never):
+    from then on none of its parts is dispatched, and one still queued fails with 408.
     """
 
     id: int = attrs.field(default=0, validator=_int_at_least(0))
@@ -211,6 +213,7 @@ class Request:
     metadata: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)
     body: tuple[bytes, ...] = attrs.field(default=(), converter=_tuple, validator=check_bytes_tuple)
     timeout_ms: int | None = attrs.field(default=None, validator=v.optional(v.ge(0)))
+    give_up_ms: int | None = attrs.field(default=None, validator=v.optional(v.ge(0)))
     reply_to: Peer
     origin: bytes = attrs.field(default=b"", validator=v.instance_of(bytes))
     acknowledge: bool = True

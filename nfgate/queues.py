@@ -111,12 +111,17 @@ TERMINAL: Final = frozenset({PartState.DONE, PartState.FAILED, PartState.CANCELL
 class Job:
     """One accepted request: its parts and how many of them are still open."""
 
-    __slots__ = ("open", "parts", "request")
+    __slots__ = ("give_up_at", "open", "parts", "request")
 
     def __init__(self, request: Request) -> None:
         self.request = request
         self.parts: list[Part] = []
         self.open = 0  # parts not yet terminal (SPLIT placeholders excluded once split)
+        self.give_up_at: int | None = None  # now_ms + request.give_up_ms when taken
+
+    def given_up(self, now: int) -> bool:
+        """Whether the client has given up on this job by ``now`` (Request.give_up_ms)."""
+        return self.give_up_at is not None and now >= self.give_up_at
 
 
 class Part:

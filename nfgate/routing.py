@@ -50,6 +50,7 @@ from nfgate.queues import (
     with_field,
 )
 from nfgate.routing_types import (
+    CLIENT_GAVE_UP,
     COUNTERS,
     GATEWAY_QUEUE_FULL,
     QUEUE_EXPIRED,
@@ -98,6 +99,7 @@ class Router(WorkerSide):
         self._waiting: OrderedDict[Part, int] = OrderedDict()
         self._liveness: dict[int, OrderedDict[Peer, int]] = {}
         self._timeouts: list[tuple[int, int, int, Part]] = []
+        self._give_ups: list[tuple[int, int, Job]] = []  # (due, seq, job): Request.give_up_ms
         self._stats = dict.fromkeys(COUNTERS, 0)
         self._closing = False  # see close_admission()
         # Workers that joined or left, oldest first, for the operator's log: the gateway
@@ -168,6 +170,7 @@ class Router(WorkerSide):
             self._unqueue(part)
             self._stats["expired"] += 1
             self._finish(part, Event.EXPIRE, Status.REQUEST_TIMEOUT, QUEUE_EXPIRED, out)
+        self._give_ups_due(now_ms, out)
         heap = self._timeouts
         while heap and heap[0][0] <= now_ms:
             _, _, dseq, part = heapq.heappop(heap)
@@ -201,6 +204,9 @@ class Router(WorkerSide):
                 best = due if best is None else min(best, due)
                 break
             heapq.heappop(heap)  # stale: drop it now so it does not wake the loop
+        given = self._next_give_up() if self._give_ups else None
+        if given is not None:
+            best = given if best is None else min(best, given)
         return best
 
     def close_admission(self) -> None:
@@ -271,13 +277,18 @@ class Router(WorkerSide):
             full = SERVICE_QUEUE_FULL
         elif len(self._waiting) >= self._cfg.max_queued and not self._free.get(name):
             full = GATEWAY_QUEUE_FULL  # a request a free worker takes at once still goes
+        elif req.give_up_ms == 0:
+            full = CLIENT_GAVE_UP  # a stored job whose timeout passed while the gateway was down
         if full:
-            self._stats["rejected"] += 1
-            reply = Reply(id=req.id, status=Status.UNAVAILABLE)
+            gave_up = full is CLIENT_GAVE_UP
+            self._stats["gave_up" if gave_up else "rejected"] += 1
+            reply = Reply(id=req.id, status=Status.REQUEST_TIMEOUT if gave_up else Status.UNAVAILABLE)
             out.append(Deliver(reply=reply, request=req, remaining=0, reason=full))
             return
         job = Job(req)
         self._jobs[req.id] = job
+        if req.give_up_ms is not None:
+            self._watch_give_up(job, now)
         self._stats["accepted"] += 1
         at = len(out)
         kind = req.target.kind

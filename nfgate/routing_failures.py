@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from nfgate import routing_views as views
 from nfgate.model import Peer, Reply, Status, TargetKind
 from nfgate.queues import Event, Job, Part, PartState, WorkerState, advance, with_field
-from nfgate.routing_types import Deliver, Output, RouterConfig
+from nfgate.routing_types import CLIENT_GAVE_UP, Deliver, Output, RouterConfig
 
 __all__ = ["FailureSide"]
 
@@ -31,6 +31,7 @@ class FailureSide:
     _workers: dict[Peer, WorkerState]
     _providers: dict[str, dict[Peer, None]]
     _timeouts: list[tuple[int, int, int, Part]]
+    _give_ups: list[tuple[int, int, Job]]
     _stats: dict[str, int]
 
     if TYPE_CHECKING:  # the request and worker sides, in Router and WorkerSide
@@ -50,6 +51,39 @@ class FailureSide:
         self._seq += 1
         due = now + (part.job.request.timeout_ms or 0)
         heapq.heappush(self._timeouts, (due, self._seq, part.dispatch_seq, part))
+
+    def _watch_give_up(self, job: Job, now: int) -> None:
+        """Time the moment the client gives up on ``job`` (Request.give_up_ms)."""
+        job.give_up_at = due = now + (job.request.give_up_ms or 0)
+        self._seq += 1
+        heapq.heappush(self._give_ups, (due, self._seq, job))
+
+    def _give_ups_due(self, now: int, out: list[Output]) -> None:
+        """Jobs whose client has given up by ``now``: their queued parts fail with 408
+        (counted ``gave_up``). Parts at a worker are left to it: no protocol can tell a
+        worker to stop, and its answer still reaches the client (NorFab keeps results
+        after its client's timeout, for a later GET)."""
+        heap = self._give_ups
+        while heap and heap[0][0] <= now:
+            job = heapq.heappop(heap)[2]
+            if self._jobs.get(job.request.id) is not job:
+                continue  # ended since
+            queued = [part for part in job.parts if part.state is PartState.QUEUED]
+            if queued:
+                self._stats["gave_up"] += 1
+            for part in queued:
+                self._unqueue(part)
+                self._finish(part, Event.EXPIRE, Status.REQUEST_TIMEOUT, CLIENT_GAVE_UP, out)
+
+    def _next_give_up(self) -> int | None:
+        """When :meth:`_give_ups_due` has something to do; ended jobs' entries dropped."""
+        heap = self._give_ups
+        while heap:
+            due, _, job = heap[0]
+            if self._jobs.get(job.request.id) is job:
+                return due
+            heapq.heappop(heap)
+        return None
 
     def _finish(
         self,
@@ -91,7 +125,12 @@ class FailureSide:
         ``name`` an error reply carries; ``timeout``: it timed out there."""
         part.worker = None
         all_part = part.name is None and part.bound is not None
-        if all_part or (timeout and part.name is not None) or part.attempts > self._cfg.max_redispatch:
+        if (
+            all_part
+            or (timeout and part.name is not None)
+            or part.attempts > self._cfg.max_redispatch
+            or part.job.given_up(now)  # its client has given up: not dispatched again
+        ):
             self._finish(part, Event.FAIL, status, reason, out, name)
             return
         advance(part, Event.REQUEUE)
@@ -211,6 +250,7 @@ class FailureSide:
         if (
             job.request.target.kind is TargetKind.ANY
             and part.attempts <= self._cfg.max_redispatch
+            and not job.given_up(now)
             and views.has_server(part, self._workers, self._providers)
         ):
             advance(part, Event.REQUEUE)

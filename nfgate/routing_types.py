@@ -23,6 +23,8 @@ STATUS_CANCELLED: Final = 410  # not in model.Status: only the core emits it
 SERVICE_QUEUE_FULL: Final = "service queue full"
 GATEWAY_QUEUE_FULL: Final = "gateway queue full"
 QUEUE_EXPIRED: Final = "no worker within the queue expiry"
+# Request.give_up_ms passed before a worker took it (a NorFab job's own timeout).
+CLIENT_GAVE_UP: Final = "the client's timeout passed before a worker took it"
 LIMIT_REASONS: Final = frozenset({SERVICE_QUEUE_FULL, GATEWAY_QUEUE_FULL, QUEUE_EXPIRED})
 
 COUNTERS: Final = (
@@ -33,6 +35,7 @@ COUNTERS: Final = (
     "replied",
     "progress",
     "expired",
+    "gave_up",
     "timeouts",
     "failed",
     "cancelled",

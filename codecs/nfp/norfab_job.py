@@ -1,5 +1,6 @@
 """What a NorFab 0.25 worker can take as a job's body (the POST a broker sends it), and
-which of its EVENTs says a job's result is saved (:func:`result_ready`).
+which of its EVENTs says a job's result is saved (:func:`result_ready`), and when a
+NorFab client gives up on a job (:func:`give_up_ms`).
 
 NorFab's worker files each POST in one thread (``_post`` in norfab/core/worker.py):
 ``data = orjson.loads(body)`` and ``data.get("task")`` with no guard around them, so a
@@ -22,7 +23,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
-__all__ = ["REASON", "refusal", "result_ready"]
+__all__ = ["REASON", "give_up_ms", "refusal", "result_ready"]
 
 REASON: Final = "a NorFab worker takes a JSON object {task, kwargs, args}"
 
@@ -133,3 +134,26 @@ def result_ready(frame: bytes) -> bool:
         and event.get("message") == "completed"
         and event.get("status") == "completed"
     )
+
+
+# Beyond about 31,000 years a timeout is "never"; a float that large has no ms to count.
+_LONGEST_S: Final = 1e12
+
+
+def give_up_ms(frame: bytes) -> int | None:
+    """When a NorFab client gives up on a job, in ms after it posted it: the ``timeout``
+    (seconds) of its POST body's first frame, ``{"task", "kwargs", "args", "timeout"}``.
+    NorFab's client then reports "timeout expired after N seconds" and never asks again;
+    it sends no DELETE. None when there is none: no ``timeout`` at the top level, one
+    that is not a positive number (NorFab's client reads ``0`` and null as its default),
+    or a body that is not a JSON object. Never raises."""
+    if b'"timeout"' not in frame:  # NorFab's client always sends one; others need no parse
+        return None
+    try:
+        value = json.loads(frame)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+    timeout = value.get("timeout") if isinstance(value, dict) else None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < _LONGEST_S:
+        return None
+    return math.ceil(timeout * 1000)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from nfgate.codecs.nfp import codec as wire
 from nfgate.codecs.nfp import session as nfpjson
 from nfgate.codecs.nfp.messages import BROKER, Delete, Event, Get, Post, Put, Response, Stream
+from nfgate.codecs.nfp.norfab_job import give_up_ms
 from nfgate.codecs.nfp.targets import PSEUDO_SERVICE, format_target, parse_target, pseudo_targets
 from nfgate.edges.nfp_job import (
     INTERIM_CLASS,
@@ -158,6 +159,8 @@ class NfpJobs:
                 service=self._edge.service(service),
                 target=target,
                 body=msg.body,
+                # A NorFab client gives up at its job's timeout: no dispatch after it.
+                give_up_ms=give_up_ms(msg.body[0]) if dialect == "norfab" and msg.body else None,
                 reply_to=peer,
                 origin=uuid.encode(),
                 from_worker=self._edge.workers_client(peer.address),
@@ -399,7 +402,9 @@ class NfpJobs:
     def _turned_away(self, out: Deliver) -> bool:
         """A job the core refused before accepting it (its service's queue is full):
         no 202 went out and no record was stored, so the client gets the error now
-        (500, "SHOULD retry") and the uuid is free again. True if ``out`` was that."""
+        (500, "SHOULD retry") and the uuid is free again. A stored job taken up after a
+        restart and refused (a full queue, its client's timeout passed) ends in its
+        record too, or every restart would take it up again. True if ``out`` was that."""
         if not out.final or not out.reason:
             return False
         uuid = out.request.origin.decode(errors="replace")
@@ -407,6 +412,8 @@ class NfpJobs:
         if job is None or job.core_id or job.client != out.request.reply_to.address:
             return False
         del self._by_uuid[uuid]
+        if job.recovered:
+            self._stored(self._store.set_state, uuid, JobState.FAILED)
         self.count("jobs_turned_away")
         log.debug("%s: job %s for %r refused: %s", self._edge.name, uuid, job.service, out.reason)
         self._error(job.client, job.dialect, job.service, uuid, nfp_status(out.reply.status), out.reason)
@@ -480,11 +487,15 @@ class NfpJobs:
             except (DecodeError, ValueError):
                 target = Target()
             self._by_uuid[rec.uuid] = job
+            limit = give_up_ms(rec.body[0]) if dialect == "norfab" and rec.body else None
+            if limit is not None:  # from the POST; 0: it passed while the gateway was down
+                limit = max(0, limit - max(0, self._clock() - rec.created_ms))
             commands.append(
                 Request(
                     service=ServiceRef(name=rec.service),
                     target=target,
                     body=rec.body,
+                    give_up_ms=limit,
                     reply_to=self._edge.peer(rec.client),
                     origin=rec.uuid.encode(),
                 )

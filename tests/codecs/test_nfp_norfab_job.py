@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nfgate.codecs.nfp.norfab_job import REASON, refusal, result_ready
+from nfgate.codecs.nfp.norfab_job import REASON, give_up_ms, refusal, result_ready
 
 orjson = importlib.import_module("orjson")  # NorFab's own dependency (the test extra installs NorFab)
 
@@ -140,3 +140,25 @@ _EVENT = (
 )
 def test_result_ready_is_0_25s_event_or_0_24s_last_one(frame: bytes, ready: bool) -> None:
     assert result_ready(frame) is ready
+
+
+@pytest.mark.parametrize(
+    ("frame", "expected"),
+    [
+        (b'{"task":"hello","kwargs":{"name":"any"},"args":[],"timeout":15}', 15_000),  # NorFab's own
+        (b'{"task":"t","timeout":0.0015}', 2),  # rounded up: never 0 ("already given up")
+        (b'{"task":"t","kwargs":{"timeout":5},"args":[]}', None),  # the task's, not the job's
+        (b'{"task":"t","timeout":0}', None),  # NorFab's client reads 0 and null as its default
+        (b'{"task":"t","timeout":null}', None),
+        (b'{"task":"t","timeout":-1}', None),
+        (b'{"task":"t","timeout":true}', None),
+        (b'{"task":"t","timeout":"15"}', None),
+        (b'{"task":"t","timeout":1e400}', None),  # infinite as a double
+        (b'["timeout", 15]', None),
+        (b'{"timeout": 15', None),  # not JSON
+        (b'\xff"timeout"', None),
+        (b"", None),
+    ],
+)
+def test_give_up_ms_is_a_norfab_jobs_own_timeout(frame: bytes, expected: int | None) -> None:
+    assert give_up_ms(frame) == expected

@@ -39,6 +39,7 @@ class Broker:
     def __init__(self, data: Path, context: zmq.Context[zmq.Socket[bytes]]) -> None:
         self.data, self.context = data, context
         self.dialects: dict[bytes, str] = {}  # peer -> its dialect, if not the spec's
+        self.now = 0  # the loop's clock, moved by hand
         self.boot()
 
     def boot(self) -> None:
@@ -46,13 +47,13 @@ class Broker:
         settings = EdgeSettings(name="nfp", protocol="nfp", url="tcp://127.0.0.1:0", context=self.context)
         self.edge = NfpEdge(settings, store=self.store)
         self.memory = Recorded(self.edge, lambda frames: None, [])
-        self.gateway = Gateway(Router(), [self.edge], clock=lambda: 0)
+        self.gateway = Gateway(Router(), [self.edge], clock=lambda: self.now)
         self.edge.attach(self.gateway)
 
     def iterate(self, *messages: tuple[bytes, list[bytes]]) -> list[tuple[bytes, object]]:
         """Feed ``messages`` and run one loop iteration; what was sent, decoded."""
         self.memory.give(list(messages))
-        self.gateway.feed(self.edge.receive(0, 256), 0)
+        self.gateway.feed(self.edge.receive(self.now, 256), self.now)
         self.gateway.step(0)
         sent = [
             (peer, nfp.decode(frames, self.dialects.get(peer, "spec"))) for peer, frames in self.memory.take()

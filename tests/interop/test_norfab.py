@@ -72,6 +72,42 @@ def test_run_job_round_trip(peers: Peers) -> None:
     assert set(job) == {"w1"}, logs
 
 
+@pytest.mark.interop
+@pytest.mark.timeout(60)
+def test_a_job_its_client_gave_up_on_never_runs_on_a_worker_that_comes_later(peers: Peers) -> None:
+    """NorFab's run_job(timeout=3) with no worker of the service gives up at 3 s and
+    sends no DELETE; a worker that registers after that must not run the job (nfgate
+    ends it 408 at the job's timeout; NorFab's broker refuses it at once)."""
+    gave_up = peers.run_client(
+        "c-gave-up",
+        service="late",
+        task="slow",
+        workers="any",
+        kwargs={"seconds": 0, "tag": "gave-up"},
+        timeout=3,
+    )
+    entries = gave_up.get("job") or {}
+    logs = f"client answer: {gave_up!r}\n{peers.logs()}"
+    assert not any(isinstance(e, dict) and e.get("failed") is False for e in entries.values()), logs
+    peers.start_worker("wl", service="late")
+    # A job after it, on the same worker: once its result is back, the worker has been
+    # registered long enough to have been given the first job if it was still queued.
+    after = peers.run_client(
+        "c-after",
+        service="late",
+        task="slow",
+        workers="any",
+        kwargs={"seconds": 0, "tag": "after"},
+        timeout=20,
+        wait_workers=["wl"],
+    )
+    logs = f"answers: {gave_up!r}, {after!r}\n{peers.logs()}"
+    entry = _entry(after.get("job"), "wl", logs)
+    _assert_ok(entry, {"worker": "wl", "seconds": 0, "kwargs": {"tag": "after"}}, logs)
+    time.sleep(0.5)  # the worker runs jobs side by side: room for a first job's marker
+    assert len(list(peers.marker_dir.glob("wl.*.started"))) == 1, logs
+
+
 # ------------------------------------------------------------------------------ 2
 
 
