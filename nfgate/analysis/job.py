@@ -117,6 +117,17 @@ def _arrow_schema(pa: Any) -> Any:
     )
 
 
+def _check_installed() -> None:
+    """Raises :class:`ConfigError` (one line) when the spark extra is not installed:
+    pyarrow reads the segments' footers before Spark starts, pyspark runs the job."""
+    try:
+        import pyarrow.parquet  # noqa: F401
+        import pyspark.sql  # noqa: F401
+    except ImportError as exc:  # a plain install, or nfgate[capture] (pyarrow only)
+        missing = (exc.name or "pyspark").partition(".")[0]
+        raise ConfigError(f"analyze needs {missing}: pip install 'nfgate[spark]'") from None
+
+
 def analyze(
     source: str | Path,
     out: str | Path,
@@ -135,7 +146,7 @@ def analyze(
 
     Raises :class:`ConfigError` (one line) for a source without a usable segment, a bad
     master, an empty window or one with no message in it, an ``out`` that cannot be
-    written, no pyspark, and a Spark that cannot start; :class:`JobError` (one line)
+    written, no pyspark or pyarrow, and a Spark that cannot start; :class:`JobError` (one line)
     when the job fails once Spark runs.
     """
     since, until = window
@@ -147,6 +158,7 @@ def analyze(
             f"analyze: --master must be local[*], local[N], yarn, spark://HOST:PORT or k8s://URL, got {master!r}"
         )
     session.check_conf(conf)
+    _check_installed()
     src, dst = storage.location(source), storage.location(out)
     # A local source is listed and checked before a JVM starts; a URI only Spark can reach.
     checked = inputs.check_local(storage.listing(src.local)) if src.local is not None else None
@@ -154,10 +166,7 @@ def analyze(
         raise inputs.no_usable_segment(str(src.local), checked)
     session.precheck(master)
     storage.prepare_out(dst)
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        raise ConfigError("analyze needs pyspark: pip install 'nfgate[spark]'") from None
+    from pyspark.sql import SparkSession
 
     builder = (
         SparkSession.builder.master(master)

@@ -302,3 +302,29 @@ def test_a_spark_failure_is_told_by_its_cause(tmp_path: Path) -> None:
     exited = RuntimeError("[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number.")
     assert session.reason(exited, log).startswith("org.apache.spark.SparkException: When running with master")
     assert session.log_note(log) == f"; Spark's log: {log}"
+
+
+@pytest.mark.parametrize("missing", ["pyarrow", "pyspark"])
+def test_analyze_without_the_spark_extra_is_one_line_exit_2(tmp_path: Path, missing: str) -> None:
+    # A plain install (or nfgate[capture], pyarrow only): the module cannot be imported.
+    source = tmp_path / "src"
+    source.mkdir()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.modules[{missing!r}] = None; sys.argv[0] = 'nfgate'; import nfgate.__main__",
+            "analyze",
+            str(source),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"nfgate: analyze needs {missing}: pip install 'nfgate[spark]'"
+    ]
+    assert not (tmp_path / "out").exists()
