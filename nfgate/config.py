@@ -252,7 +252,7 @@ def load(
             raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config: {path} is not valid TOML: {exc}") from None
-        base = path.parent
+        base = path.parent.absolute()
     for key in doc:
         if key not in ("gateway", "routing", "limits", "edges", "metrics", "capture"):
             raise ConfigError(f"config: unknown key {key}")
@@ -327,7 +327,8 @@ def load(
         capture_dir,
     )
     return ServeConfig(
-        data_dir=data_dir or configured or default_data_dir(),
+        # Absolute: get_status reports them (NorFab's broker shows absolute paths) and logs name them.
+        data_dir=(data_dir or configured or default_data_dir()).absolute(),
         log_level=level,
         fsync=fsync,
         job_retention_s=_int(gateway, "job_retention_s", "gateway", JOB_RETENTION_S),
@@ -355,4 +356,4 @@ def _capture(table: Mapping[str, Any], base: Path, given: Path | None) -> Captur
         raise ConfigError('config: capture.edges must be a list of edge names, like ["nfp", "dcp"]')
     if directory is None:
         return None
-    return CaptureConfig(dir=directory, edges=tuple(edges), **sizes)
+    return CaptureConfig(dir=directory.absolute(), edges=tuple(edges), **sizes)

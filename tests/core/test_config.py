@@ -284,3 +284,19 @@ def test_serve_options_reach_the_config_with_their_precedence(
     assert cfg.edge("dcp").enabled and cfg.edge("dcp").bind == ("tcp://127.0.0.1:*",)
     assert not cfg.edge("nfp").enabled
     assert cfg.metrics == "http://127.0.0.1:0"
+
+
+def test_relative_paths_are_made_absolute_against_the_config_folder_and_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # get_status reports these paths (NorFab's broker shows absolute ones), logs name them,
+    # and a relative path would change meaning if anything later changed the directory.
+    (tmp_path / "etc").mkdir()
+    write(tmp_path / "etc", '[edges.nfp]\ninventory = "inv.yaml"\n[capture]\ndir = "cap"\n')
+    monkeypatch.chdir(tmp_path)
+    cfg = load(Path("etc/nfgate.toml"), data_dir=Path("data"))
+    assert cfg.data_dir == tmp_path / "data"
+    assert cfg.edge("nfp").options["inventory"] == tmp_path / "etc" / "inv.yaml"
+    assert cfg.capture is not None and cfg.capture.dir == tmp_path / "etc" / "cap"
+    cfg = load(None, data_dir=None, capture_dir=Path("here"))
+    assert cfg.capture is not None and cfg.capture.dir == tmp_path / "here"

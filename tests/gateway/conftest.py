@@ -119,9 +119,12 @@ def nothing(sock: zmq.Socket[bytes], wait_ms: int = 300) -> bool:
 
 def beats(running: Running, edge: str) -> tuple[int, int] | None:
     """(sent, heard) heartbeats of the one worker registered on ``edge``, as the edge
-    counts them for show_workers."""
-    [peer] = [w.peer for w in running.gateway.router.workers() if w.peer.edge == edge]
-    return running.gateway.edges[edge].heartbeats(peer)
+    counts them for show_workers; None while the core has not registered it. The edge
+    answers (a DCP echo, a PONG) as it reads, the core hears of the worker when the
+    read ends: a worker can be confirmed and beating before the core lists it."""
+    peers = [w.peer for w in running.gateway.router.workers() if w.peer.edge == edge]
+    assert len(peers) <= 1, peers
+    return running.gateway.edges[edge].heartbeats(peers[0]) if peers else None
 
 
 def until(predicate: object, timeout: float = 5.0) -> None:
