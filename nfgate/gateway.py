@@ -36,6 +36,7 @@ import attrs
 import zmq
 
 from nfgate.edges import Edge, Traffic, peer_label
+from nfgate.logtext import one_line
 from nfgate.loopclock import STALL_MS, LoopClock, monotonic_ms
 from nfgate.model import Catalog, Command, Unregister
 from nfgate.routing import Router
@@ -88,7 +89,7 @@ class LogRing(logging.Handler):
             "ts": ts,
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": one_line(record.getMessage()),  # as the log shows it; no lone surrogate for orjson
             "pid": record.process,
             "processName": record.processName,
             "threadName": record.threadName,

@@ -25,6 +25,7 @@ from nfgate.edges import Edge, EdgeSettings
 from nfgate.edges.kinds import KINDS
 from nfgate.errors import ConfigError, TransportError
 from nfgate.gateway import Gateway, LogRing
+from nfgate.logtext import OneLineFormatter
 from nfgate.metrics import MetricsServer, render
 from nfgate.routing import Router
 from nfgate.store import STORE_FILE, JobStore
@@ -188,7 +189,9 @@ def serve(
         no_metrics=no_metrics,
         capture_dir=capture,
     )
-    logging.basicConfig(level=cfg.log_level.upper(), format="nfgate: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(OneLineFormatter("nfgate: %(message)s"))  # peers' names cannot forge lines
+    logging.basicConfig(level=cfg.log_level.upper(), handlers=[handler])
     # get_logs (mmi.service.broker) serves the start-up lines too: edges bound, ready.
     logs = LogRing()
     log.addHandler(logs)

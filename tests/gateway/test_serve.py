@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import zmq
 
-from nfgate.codecs import nfp
+from nfgate.codecs import dcp, nfp
+from nfgate.codecs.dcp.messages import Registration
 from nfgate.codecs.nfp.messages import CLIENT, WORKER, Disconnect, Get, Keepalive, Post, Ready, Response
 from nfgate.edges.kinds import KINDS
 from nfgate.store import JobRecord, JobStore
@@ -356,6 +357,32 @@ def test_accepted_job_survives_kill_9_and_is_dispatched_after_restart(
         assert stop(again) == 0
 
 
+def _logged(ctx: zmq.Context[zmq.Socket[bytes]], url: str) -> list[str]:
+    """The messages ``get_logs`` (mmi.service.broker) gives, every one it keeps."""
+    client = ctx.socket(zmq.DEALER)
+    client.setsockopt(zmq.LINGER, 0)
+    client.connect(url)
+    try:
+        ask = {"task": "get_logs", "kwargs": {"last": 0}, "args": []}
+        body = (json.dumps(ask).encode(),)
+        client.send_multipart(
+            nfp.encode(
+                Post(
+                    header=CLIENT,
+                    service="mmi.service.broker",
+                    target="any",
+                    uuid=uuidlib.uuid4().hex,
+                    body=body,
+                )
+            )
+        )
+        answer = _recv(client)
+        assert isinstance(answer, Response) and answer.status == 200
+        return [record["message"] for record in json.loads(answer.body[0].decode("utf-8"))]
+    finally:
+        client.close()
+
+
 def _wait_for_line(server: Server, needle: str) -> str:
     until(lambda: any(needle in line for line in server.lines), timeout=10)
     return next(line for line in server.lines if needle in line)
@@ -380,33 +407,46 @@ def test_workers_joining_and_leaving_are_logged_and_served_by_get_logs(
         left = _wait_for_line(server, "worker log-worker left")
         assert left == "nfgate: nfp: worker log-worker left: worker sent DISCONNECT\n"
 
-        client = ctx.socket(zmq.DEALER)
-        client.setsockopt(zmq.LINGER, 0)
-        client.connect(url)
-        ask = {"task": "get_logs", "kwargs": {"last": 0}, "args": []}
-        client.send_multipart(
-            nfp.encode(
-                Post(
-                    header=CLIENT,
-                    service="mmi.service.broker",
-                    target="any",
-                    uuid=uuidlib.uuid4().hex,
-                    body=(json.dumps(ask).encode(),),
-                )
-            )
-        )
-        answer = _recv(client)
-        assert isinstance(answer, Response) and answer.status == 200
-        messages = [record["message"] for record in json.loads(answer.body[0])]
+        messages = _logged(ctx, url)
         # The start-up lines too: they are logged before the loop runs.
         assert f"nfp edge (nfp) listening on {url}" in messages
         assert any(m.startswith("ready (job store ") for m in messages)
         assert joined.removeprefix("nfgate: ").strip() in messages
         assert left.removeprefix("nfgate: ").strip() in messages
         worker.close()
-        client.close()
     finally:
         assert stop(server) == 0
+
+
+def test_a_peers_service_name_cannot_forge_log_lines(
+    tmp_path: Path, ctx: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    # A DCP service name "MAY contain any character": a newline in it must not start a
+    # line of the peer's own, an escape must not reach the operator's terminal, and an
+    # undecodable byte must not cost the line ("--- Logging error ---").
+    server = start("--data-dir", str(tmp_path), *RANDOM)
+    try:
+        worker = ctx.socket(zmq.DEALER)
+        worker.setsockopt(zmq.LINGER, 0)
+        worker.setsockopt(zmq.RCVTIMEO, 5000)
+        worker.setsockopt(zmq.IDENTITY, b"forger")
+        worker.connect(server.endpoints["dcp"])
+        worker.send_multipart(dcp.encode(Registration(service=b"x\nnfgate: ready (forged)\x1b[31m\xff")))
+        assert dcp.decode(worker.recv_multipart()) == Registration(
+            service=b"x\nnfgate: ready (forged)\x1b[31m\xff"
+        )
+        joined = _wait_for_line(server, "registered for x")
+        assert (
+            joined
+            == "nfgate: dcp: worker dcp-666f72676572 registered for x\\nnfgate: ready (forged)\\x1b[31m\\udcff\n"
+        )
+        assert joined.removeprefix("nfgate: ").strip() in _logged(ctx, server.endpoints["nfp"])
+        worker.close()
+    finally:
+        assert stop(server) == 0
+    lines = server.read_to_the_end()
+    assert not any(line.startswith("nfgate: ready (forged)") or "\x1b" in line for line in lines)
+    assert not any("Logging error" in line for line in lines)
 
 
 def _port_free(url: str) -> bool:
