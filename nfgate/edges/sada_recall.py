@@ -130,7 +130,10 @@ class ServerRecall:
             del self._pending[identity]
         if self._pending and now_ms >= self._until:
             log.info(
-                "%d SADA server(s) known before the restart did not connect again within %d ms: forgotten",
+                # Pending since the start (known before a restart) or since their connection
+                # went (expect): the line must not claim a restart that never happened.
+                "%d SADA server(s) not connected again within %d ms (of a restart or of their "
+                "connection going): forgotten",
                 len(self._pending),
                 self._window,
             )

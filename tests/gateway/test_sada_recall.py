@@ -197,6 +197,22 @@ def test_the_recall_asks_until_each_server_is_connected_then_gives_up_on_the_res
     assert third.ask(5000, _rintr_to({b"a"}, asked)) == 1
 
 
+def test_a_server_whose_connection_went_is_forgotten_without_a_restart_claimed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Nothing restarted: the server's connection went (expect) and it stayed away.
+    recall = ServerRecall(tmp_path / "servers.json", window_ms=1000, limit=10)
+    recall.keep(b"a", PROTO_BYTE, "spec")
+    assert recall.expect(b"a")
+    asked: list[bytes] = []
+    recall.ask(0, _rintr_to(set(), asked))
+    with caplog.at_level("INFO", logger="nfgate.edge.sada"):
+        assert recall.ask(1000, _rintr_to(set(), asked)) == 0 and recall.pending == 0
+    assert caplog.messages == [
+        "1 SADA server(s) not connected again within 1000 ms (of a restart or of their connection going): forgotten"
+    ]
+
+
 def test_the_recall_is_bounded_and_a_bad_file_is_an_empty_list(tmp_path: Path) -> None:
     path = tmp_path / "servers.json"
     recall = ServerRecall(path, window_ms=1000, limit=2)
