@@ -76,7 +76,7 @@ def _usage(message: str) -> None:
     type=FiniteRange(min=0.05),
     default=2.0,
     show_default=True,
-    help="Seconds to wait for one expected answer.",
+    help="Each case's deadline in seconds, for all its exchanges together (raise it for a slow peer).",
 )
 @click.option(
     "--heartbeat-ms",

@@ -140,7 +140,7 @@ class RunOptions:
     role: str
     endpoint: str
     dialect: str = "auto"
-    timeout_s: float = 2.0  # longest wait for one expected answer
+    timeout_s: float = 2.0  # a case's deadline, times its Case.timeouts (budget_s)
     heartbeat_ms: int = 2500  # the agreed heartbeat interval
     liveness: int = 6  # intervals of silence before a peer counts as gone (NorFab: 6)
     strict: bool = False
