@@ -68,6 +68,9 @@ MAX_HASHED: Final = 256 * 1024 * 1024
 # components: a URL of 400,000 "a/" held the loop for 10 s before this bound.
 MAX_PATH: Final = 4096
 MAX_NAME: Final = 255
+# The URL characters one file_details list may hold: realpath stats each component
+# (about 2 us), so 10,000 URLs of 2,000 "a/" each held the loop for a minute.
+MAX_LISTED: Final = 256 * 1024
 
 _DIGESTS: dict[tuple[int, int, int, int], tuple[str, str]] = {}
 
@@ -84,6 +87,14 @@ def _root_dir(value: str | os.PathLike[str]) -> Path:
         reason = "does not exist" if not os.path.exists(real) else "is not a directory"
         raise ConfigError(f"{os.fspath(value)}: files_root {reason}")
     return Path(real)
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (JSON's "\ud800"): no file has that name
+        return False
+    return True
 
 
 # Positional, unlike the house's kw_only classes: FileRoot(path) reads as what it is.
@@ -109,6 +120,8 @@ class FileRoot:
             raise RequestError(Status.UNKNOWN, f"url must be a string, not {type(url).__name__}")
         if "\x00" in url:
             raise RequestError(Status.UNKNOWN, f"{url!r}: NUL byte in URL")
+        if not url.isascii() and not _is_text(url):
+            raise RequestError(Status.UNKNOWN, f"{url!r}: not UTF-8 text (a lone surrogate)")
         if not url.startswith(_SCHEME):
             raise RequestError(Status.UNKNOWN, f"{url!r}: not an nf:// URL")
         # Backslashes are separators to Windows clients; treat them so everywhere, so
@@ -127,7 +140,10 @@ class FileRoot:
                 f"{url[:200]!r}: path too long (at most {MAX_PATH} characters, {MAX_NAME} bytes a name)",
             )
         root = str(self.path)
-        real = os.path.realpath(os.path.join(root, *(p for p in parts if p not in ("", "."))))
+        try:
+            real = os.path.realpath(os.path.join(root, *(p for p in parts if p not in ("", "."))))
+        except OSError as exc:  # the tree changed under realpath (a directory removed mid-way)
+            raise RequestError(Status.UNKNOWN, f"{url!r}: cannot resolve: {exc.strerror}") from None
         if os.path.commonpath([root, real]) != root:
             raise RequestError(Status.UNKNOWN, f"{url!r}: resolves outside the files root (symlink)")
         return real
@@ -179,6 +195,8 @@ def _file_details(
         raise RequestError(Status.UNKNOWN, f"{task}: more than {MAX_ENTRIES} URLs")
     if not all(isinstance(item, str) for item in url):
         raise RequestError(Status.UNKNOWN, f"{task}: 'url' must be a string or a list of strings")
+    if sum(map(len, url)) > MAX_LISTED:
+        raise RequestError(Status.UNKNOWN, f"{task}: URLs of more than {MAX_LISTED} characters in all")
     out: dict[str, Any] = {}
     budget = _Budget()
     for item in dict.fromkeys(url):  # a URL listed twice is hashed once

@@ -315,6 +315,39 @@ def test_a_name_too_long_is_400_not_500(tree: Path) -> None:
     assert status == 400 and "too long" in message
 
 
+@pytest.mark.parametrize("task", ["file_details", "fetch_file", "list_files", "walk"])
+def test_a_url_with_a_lone_surrogate_is_400_not_an_internal_error(tree: Path, task: str) -> None:
+    # JSON's "\\ud800" decodes to a lone surrogate, which realpath cannot encode.
+    status, message = call(fss.FileRoot(tree), task, url="nf://\ud800")
+    assert status == 400 and "lone surrogate" in message
+
+
+def test_a_url_list_too_long_in_all_is_400_before_any_path_is_resolved(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 10,000 URLs of 2,000 components each held the loop (every peer) for a minute.
+    urls = [f"nf://{i:05}/" + "a/" * 2000 for i in range(200)]
+    root = fss.FileRoot(tree)
+    resolved: list[str] = []
+    monkeypatch.setattr(fss.os.path, "realpath", lambda p: resolved.append(p) or p)
+    status, message = call(root, "file_details", url=urls)
+    assert status == 400 and f"more than {fss.MAX_LISTED} characters" in message
+    assert resolved == []
+    monkeypatch.undo()
+    status, value = call(root, "file_details", url=urls[:20])  # 80,000 characters: taken
+    assert status == 200 and len(value) == 20
+
+
+def test_a_path_removed_while_it_is_resolved_is_400(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def gone(path: str) -> str:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    root = fss.FileRoot(tree)
+    monkeypatch.setattr(fss.os.path, "realpath", gone)
+    status, message = call(root, "fetch_file", url="nf://sub/c.txt")
+    assert status == 400 and "cannot resolve: No such file or directory" in message
+
+
 def test_walk(tree: Path) -> None:
     root = fss.FileRoot(tree)
     (tree / "out").symlink_to(tree.parent / "secret.txt")
