@@ -6,31 +6,26 @@ undecodable bytes are kept as lone surrogates (``surrogateescape``). Written as 
 are, a newline starts a line the peer wrote (``nfgate: ready``, say), an escape
 sequence recolours or rewrites the operator's terminal, and a lone surrogate makes the
 stream handler fail with "--- Logging error ---" instead of the line. The formatter
-shows each of them escaped, as Python's ``repr`` does (``\\n``, ``\\x1b``, ``\\udcff``),
+shows each of them escaped, as Python's ``repr`` does (``\\n``, ``\\x1b``, ``\\udcff``,
+``\\u202e``: a bidi override would reorder the rest of the line in a viewer),
 so every record is one line of printable text; a traceback keeps its own lines.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Final
 
 __all__ = ["OneLineFormatter", "one_line"]
 
-_CONTROL: Final = [
-    *range(0x00, 0x20),
-    *range(0x7F, 0xA0),
-    0x2028,
-    0x2029,
-]  # C0, DEL, C1, line/paragraph separators
-_SURROGATES: Final = range(0xD800, 0xE000)
-_ESCAPES: Final = {code: repr(chr(code))[1:-1] for code in (*_CONTROL, *_SURROGATES)}
-
 
 def one_line(text: str) -> str:
-    """``text`` with control characters, Unicode line separators and lone surrogates
-    escaped as ``repr`` shows them; printable text, backslashes included, as it is."""
-    return text.translate(_ESCAPES)
+    """``text`` with every character ``repr`` would escape escaped as it shows it:
+    control characters, line separators, lone surrogates, and the format characters
+    (bidi overrides such as U+202E, zero-width ones) that reorder or hide what a viewer
+    shows. Printable text, backslashes included, is left as it is."""
+    if text.isprintable():  # nearly every line: one pass in C
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class OneLineFormatter(logging.Formatter):
