@@ -197,6 +197,14 @@ def advance(part: Part, event: Event) -> PartState:
     return nxt
 
 
+# Forgotten parts a queue may hold beyond its live ones before it is compacted.
+COMPACT_SLACK: Final = 64
+
+
+def _queued(parts: deque[Part]) -> deque[Part]:
+    return deque(p for p in parts if p.state is PartState.QUEUED)
+
+
 class FairQueue:
     """Queued ANY parts of one service (name and version), fair across clients.
 
@@ -208,15 +216,18 @@ class FairQueue:
 
     Removal is lazy: an expired or cancelled part stays in its deque, no longer QUEUED,
     and is skipped when reached; ``live`` counts the parts really waiting so emptiness
-    is O(1) and the deques are dropped as soon as nothing live is left.
+    is O(1) and the deques are dropped as soon as nothing live is left. A queue that
+    is never empty (a service with no worker, its requests expiring while new ones
+    come) is compacted instead, once more parts have left it than are live.
     """
 
-    __slots__ = ("clients", "live", "retry")
+    __slots__ = ("clients", "forgotten", "live", "retry")
 
     def __init__(self) -> None:
         self.retry: deque[Part] = deque()
         self.clients: OrderedDict[Peer, deque[Part]] = OrderedDict()
         self.live = 0
+        self.forgotten = 0  # forget() calls since the last compaction
 
     def push(self, part: Part) -> None:
         client = part.job.request.reply_to
@@ -236,6 +247,24 @@ class FairQueue:
         if self.live == 0:
             self.retry.clear()
             self.clients.clear()
+            self.forgotten = 0
+            return
+        self.forgotten += 1
+        if self.forgotten > self.live + COMPACT_SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        # Drops what peek() would skip: only parts no longer QUEUED (the one being
+        # forgotten now is still QUEUED, its state changed by the caller after; it goes
+        # at the next compaction). Every COMPACT_SLACK + live forgets: O(1) amortized.
+        self.forgotten = 0
+        self.retry = _queued(self.retry)
+        for client, fifo in list(self.clients.items()):
+            kept = _queued(fifo)
+            if kept:
+                self.clients[client] = kept  # an existing key keeps its turn
+            else:
+                del self.clients[client]
 
     def of_client(self, client: Peer) -> list[Part]:
         """The live parts of ``client``: its own FIFO, and any retries of its requests.
@@ -305,11 +334,12 @@ class Waitlist:
     worker, and for ALL placeholders waiting for a first worker.
     """
 
-    __slots__ = ("items", "live")
+    __slots__ = ("forgotten", "items", "live")
 
     def __init__(self) -> None:
         self.items: deque[Part] = deque()
         self.live = 0
+        self.forgotten = 0  # forget() calls since the last compaction
 
     def push(self, part: Part) -> None:
         self.items.append(part)
@@ -320,6 +350,12 @@ class Waitlist:
         self.live -= 1
         if self.live == 0:
             self.items.clear()
+            self.forgotten = 0
+            return
+        self.forgotten += 1
+        if self.forgotten > self.live + COMPACT_SLACK:  # as FairQueue.forget
+            self.forgotten = 0
+            self.items = _queued(self.items)
 
     def pop(self) -> Part | None:
         """The oldest part still QUEUED, or None."""
